@@ -1,0 +1,1 @@
+"""The papers' math as pure numpy functions (no flwr import)."""

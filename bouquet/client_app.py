@@ -1,0 +1,81 @@
+"""The bouquet ClientApp: one household's water-use forecaster per node.
+
+The node's household is ``partition-id`` of the federated pool (see
+:mod:`bouquet.data.water`), from ``context.node_config`` in simulation and from
+``flower-supernode --node-config "partition-id=K data-path=..."`` in
+deployment, where ``data-path`` names the node's own data file (it overrides
+the run config's ``data-path``, so no data travels from the server).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from bouquet.config import AppConfig
+from bouquet.flower_logging import route_to_flower
+from bouquet.data.water import ClientWindows, load_pool
+from bouquet.tasks.water import LSTMForecaster, evaluate_windows, train_windows
+
+route_to_flower()
+app = ClientApp()
+
+
+@functools.lru_cache(maxsize=8)
+def _windows(config: AppConfig, partition_id: int, data_path: str | None) -> tuple[str, ClientWindows]:
+    data = config.water_data(data_path)
+    pool = load_pool(data)
+    windows = pool.client(partition_id, data)
+    return pool.households[partition_id].household_id, windows
+
+
+def node_data(context: Context) -> tuple[AppConfig, int, str, ClientWindows]:
+    """Config, partition id, household id and windows of this node."""
+    config = AppConfig.from_run_config(context.run_config)
+    if "partition-id" not in context.node_config:
+        raise KeyError("node config lacks 'partition-id' (start the SuperNode with --node-config \"partition-id=K\")")
+    partition_id = int(context.node_config["partition-id"])
+    data_path = context.node_config.get("data-path")
+    household, windows = _windows(config, partition_id, None if data_path is None else str(data_path))
+    return config, partition_id, household, windows
+
+
+def _model(config: AppConfig, arrays: ArrayRecord) -> LSTMForecaster:
+    torch.set_num_threads(1)
+    model = LSTMForecaster(config.hidden_size, config.num_layers)
+    model.load_state_dict(arrays.to_torch_state_dict())
+    return model
+
+
+def _info(partition_id: int, household: str) -> ConfigRecord:
+    """Identity of the replying node, kept out of the averaged metrics."""
+    return ConfigRecord({"partition-id": partition_id, "household": household})
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """E local epochs of Adam from the received global model."""
+    config, partition_id, household, windows = node_data(context)
+    server_round = int(msg.content["config"].get("server-round", 0))
+    model = _model(config, msg.content["arrays"])
+    rng = np.random.default_rng([config.seed, server_round, partition_id])
+    torch.manual_seed(int(rng.integers(2**31)))
+    loss = train_windows(model, windows, config.train_settings(), rng)
+    metrics = MetricRecord({"train-loss": loss, "num-examples": len(windows.y_train)})
+    content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics,
+                          "info": _info(partition_id, household)})
+    return Message(content, reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """Held-out MSE/MAE (scaled and in litres/day) of the received model."""
+    config, partition_id, household, windows = node_data(context)
+    model = _model(config, msg.content["arrays"])
+    metrics = {**evaluate_windows(model, windows), "num-examples": len(windows.y_test)}
+    content = RecordDict({"metrics": MetricRecord(metrics), "info": _info(partition_id, household)})
+    return Message(content, reply_to=msg)

@@ -1,0 +1,356 @@
+"""The HK paper's water-data preprocessing (Section 5), as parameters.
+
+Pipeline: households (real DAIAD file or synthetic) -> daily litres (24-hour
+non-overlapping sums; missing days stay NaN) -> active-client filter
+(mean >= ``active_factor`` x the mean over all households, eq. 17) ->
+minimum-history filter -> look-back windows of ``lookback`` days with a
+one-step-ahead target -> chronological train/test split of the windows ->
+scaler fitted on the training days only.
+
+The federated pool is the households that pass every filter, sorted by
+household id; ``partition-id`` ``k`` is the ``k``-th household of the pool, in
+simulation and in deployment alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bouquet.data.daiad import CleaningRules, clean_to_daily, read_daiad
+from bouquet.data.synthetic import SyntheticConfig, generate_population
+
+__all__ = [
+    "ClientWindows",
+    "HouseholdDaily",
+    "InsufficientDataError",
+    "WaterDataConfig",
+    "WaterPool",
+    "build_pool",
+    "load_pool",
+    "make_windows",
+    "select_pool",
+]
+
+log = logging.getLogger(__name__)
+SCALERS = ("minmax", "zscore")
+SOURCES = ("synthetic", "daiad")
+
+
+class InsufficientDataError(ValueError):
+    """A household has too little usable data for the requested windows."""
+
+
+@dataclass(frozen=True)
+class HouseholdDaily:
+    """Daily litres of one household; ``litres[k]`` is day ``first_day + k`` (NaN = missing)."""
+
+    household_id: str
+    first_day: np.datetime64
+    litres: np.ndarray
+
+    @property
+    def valid_days(self) -> int:
+        return int(np.isfinite(self.litres).sum())
+
+    @property
+    def history_days(self) -> int:
+        """Days from the first to the last valid day, inclusive."""
+        valid = np.flatnonzero(np.isfinite(self.litres))
+        return int(valid[-1] - valid[0] + 1) if valid.size else 0
+
+
+@dataclass(frozen=True)
+class WaterDataConfig:
+    """Everything that determines the federated water pool.
+
+    Parameters
+    ----------
+    source : {"synthetic", "daiad"}
+        ``synthetic`` needs no file; ``daiad`` reads ``path``.
+    path : str
+        DAIAD ``.csv`` or ``.zip`` (``source = "daiad"``).
+    synthetic : SyntheticConfig
+    cleaning : CleaningRules
+    active_factor : float, default 1.6
+        Keep households whose mean consumption is at least this multiple of
+        the mean over all households (paper eq. 17: "exceeds the global
+        average by at least 60%").  0 disables the filter.
+    min_history_days : int, default 730
+        Keep households whose valid days span at least this many days (paper:
+        two years).  The 92-household DAIAD file spans one year: use <= 365.
+    lookback : int, default 12
+        Look-back window L in days.
+    train_fraction : float, default 0.8
+        Chronological share of each household's windows used for training.
+    min_windows : int, default 10
+        Households with fewer complete windows are left out of the pool (the
+        log names each one with its count).
+    scaler : {"minmax", "zscore"}, default "minmax"
+        Per-household normalisation fitted on the training days only.
+    """
+
+    source: str = "synthetic"
+    path: str = ""
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    cleaning: CleaningRules = field(default_factory=CleaningRules)
+    active_factor: float = 1.6
+    min_history_days: int = 730
+    lookback: int = 12
+    train_fraction: float = 0.8
+    min_windows: int = 10
+    scaler: str = "minmax"
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"data source must be one of {SOURCES}, got {self.source!r}")
+        if self.source == "daiad" and not self.path:
+            raise ValueError("data source 'daiad' needs a data path (run config 'data-path' or node config)")
+        if self.scaler not in SCALERS:
+            raise ValueError(f"scaler must be one of {SCALERS}, got {self.scaler!r}")
+        if self.lookback < 1:
+            raise ValueError(f"lookback must be >= 1, got {self.lookback}")
+        if not 0 < self.train_fraction < 1:
+            raise ValueError(f"train_fraction must be in (0, 1), got {self.train_fraction}")
+        if self.active_factor < 0:
+            raise ValueError(f"active_factor must be >= 0, got {self.active_factor}")
+        if self.min_history_days < 0:
+            raise ValueError(f"min_history_days must be >= 0, got {self.min_history_days}")
+        if self.min_windows < 2:
+            raise ValueError(f"min_windows must be >= 2 (one train and one test window), got {self.min_windows}")
+
+    def cache_key(self) -> str:
+        """Stable hash of every field (and of the data file's size and mtime)."""
+        payload = asdict(self)
+        if self.source == "daiad":
+            stat = Path(self.path).stat()
+            payload["file"] = [str(Path(self.path).resolve()), stat.st_size, stat.st_mtime_ns]
+        else:
+            payload["path"] = ""
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ClientWindows:
+    """Supervised windows of one household, scaled.
+
+    Attributes
+    ----------
+    x_train, x_test : numpy.ndarray, shape (n, lookback, 1), float32
+    y_train, y_test : numpy.ndarray, shape (n,), float32
+    test_days : numpy.ndarray of datetime64[D], shape (n_test,)
+        Calendar day of each test target.
+    offset, scale : float
+        ``litres = scaled * scale + offset``.
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    test_days: np.ndarray
+    offset: float
+    scale: float
+
+    def to_litres(self, scaled: np.ndarray) -> np.ndarray:
+        """Invert the scaler."""
+        return np.asarray(scaled, dtype=np.float64) * self.scale + self.offset
+
+
+def _complete_windows(litres: np.ndarray, lookback: int) -> np.ndarray:
+    """Indices ``t`` such that days ``t - lookback .. t`` are all valid (``t`` = target day)."""
+    valid = np.isfinite(litres).astype(np.int64)
+    if len(litres) <= lookback:
+        return np.empty(0, dtype=np.int64)
+    run = np.convolve(valid, np.ones(lookback + 1, dtype=np.int64), mode="valid")
+    return np.flatnonzero(run == lookback + 1) + lookback
+
+
+def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: float = 0.8,
+                 scaler: str = "minmax", min_windows: int = 2) -> ClientWindows:
+    """Look-back windows with one-step-ahead targets, split chronologically.
+
+    Window ``t`` has inputs days ``t-L .. t-1`` and target day ``t``; only
+    windows whose L+1 days are all valid exist (gaps are never filled).  The
+    first ``floor(train_fraction * n)`` windows (by target day) train, the rest
+    test.  The scaler is fitted on the valid days up to the last training
+    target, so nothing after it (no test target) reaches the normaliser.
+
+    Raises
+    ------
+    InsufficientDataError
+        Fewer than ``min_windows`` windows (names the household, its valid
+        days and the minimum).
+    """
+    if scaler not in SCALERS:
+        raise ValueError(f"scaler must be one of {SCALERS}, got {scaler!r}")
+    litres = np.asarray(household.litres, dtype=np.float64)
+    targets = _complete_windows(litres, lookback)
+    if len(targets) < max(min_windows, 2):
+        raise InsufficientDataError(
+            f"household {household.household_id}: {len(targets)} complete windows from "
+            f"{household.valid_days} valid days; needs at least {max(min_windows, 2)} windows of "
+            f"{lookback} + 1 consecutive valid days"
+        )
+    n_train = int(np.floor(train_fraction * len(targets)))
+    n_train = min(max(n_train, 1), len(targets) - 1)
+    fit_days = litres[: targets[n_train - 1] + 1]
+    fit_days = fit_days[np.isfinite(fit_days)]
+    if scaler == "minmax":
+        offset, scale = float(fit_days.min()), float(fit_days.max() - fit_days.min())
+    else:
+        offset, scale = float(fit_days.mean()), float(fit_days.std())
+    scale = scale if scale > 0 else 1.0
+    scaled = (litres - offset) / scale
+    inputs = scaled[targets[:, None] - lookback + np.arange(lookback)[None, :]]
+    x = inputs[..., None].astype(np.float32)
+    y = scaled[targets].astype(np.float32)
+    days = household.first_day + targets[n_train:]
+    return ClientWindows(x[:n_train], y[:n_train], x[n_train:], y[n_train:], days, offset, scale)
+
+
+@dataclass(frozen=True)
+class WaterPool:
+    """The federated pool: households in partition-id order, and the per-household report.
+
+    ``report`` has one row per household of the source (pool members and the
+    excluded alike) with its filter outcome in ``status``.
+    """
+
+    households: list[HouseholdDaily]
+    report: pd.DataFrame
+
+    def __len__(self) -> int:
+        return len(self.households)
+
+    def client(self, partition_id: int, config: WaterDataConfig) -> ClientWindows:
+        """Windows of pool member ``partition_id``."""
+        if not 0 <= partition_id < len(self.households):
+            raise IndexError(
+                f"partition-id {partition_id} is outside the pool of {len(self.households)} households; "
+                f"run at most {len(self.households)} supernodes or relax the filters"
+            )
+        return make_windows(self.households[partition_id], config.lookback, config.train_fraction,
+                            config.scaler, config.min_windows)
+
+
+def select_pool(households: list[HouseholdDaily], config: WaterDataConfig) -> WaterPool:
+    """Apply the active, history and window filters (paper Section 5).
+
+    The active filter compares each household's mean hourly consumption
+    (mean of its valid daily totals / 24) with ``active_factor`` times the
+    mean of those values over *all* households given.
+    """
+    if not households:
+        raise InsufficientDataError("no households to select from")
+    mean_hourly = np.array([np.nanmean(h.litres) / 24 if h.valid_days else 0.0 for h in households])
+    threshold = config.active_factor * mean_hourly.mean()
+    rows, pool = [], []
+    for household, hourly in zip(households, mean_hourly):
+        row = {"household": household.household_id, "mean_litres_per_day": hourly * 24,
+               "valid_days": household.valid_days, "history_days": household.history_days,
+               "train_windows": 0, "test_windows": 0}
+        if hourly < threshold:
+            row["status"] = f"inactive (mean {hourly:.2f} L/h < {threshold:.2f} L/h)"
+        elif household.history_days < config.min_history_days:
+            row["status"] = f"short history ({household.history_days} < {config.min_history_days} days)"
+        else:
+            try:
+                windows = make_windows(household, config.lookback, config.train_fraction, config.scaler,
+                                       config.min_windows)
+            except InsufficientDataError as exc:
+                row["status"] = "too few windows"
+                log.warning("left out of the pool: %s", exc)
+            else:
+                row["status"] = "pool"
+                row["train_windows"], row["test_windows"] = len(windows.y_train), len(windows.y_test)
+                pool.append(household)
+        rows.append(row)
+    report = pd.DataFrame(rows).sort_values("household", kind="stable").reset_index(drop=True)
+    pool.sort(key=lambda h: h.household_id)
+    partition = {h.household_id: k for k, h in enumerate(pool)}
+    report.insert(1, "partition_id", report["household"].map(partition).astype("Int64"))
+    if not pool:
+        counts = report["status"].str.split(" ").str[0].value_counts().to_dict()
+        raise InsufficientDataError(
+            f"no household passes the filters ({len(households)} households: {counts}); "
+            f"active-factor={config.active_factor}, min-history-days={config.min_history_days}, "
+            f"min-windows={config.min_windows}. The 92-household DAIAD file spans one year: "
+            f"set min-history-days <= 365 for it."
+        )
+    return WaterPool(pool, report)
+
+
+def read_households(config: WaterDataConfig) -> tuple[list[HouseholdDaily], pd.DataFrame | None]:
+    """Daily series of every household of the source, and the cleaning report (DAIAD only)."""
+    if config.source == "synthetic":
+        households = [HouseholdDaily(h.household_id, h.first_day, h.daily)
+                      for h in generate_population(config.synthetic)]
+        return households, None
+    daily, cleaning = clean_to_daily(read_daiad(config.path), config.cleaning)
+    households = [HouseholdDaily(hid, first, litres) for hid, (first, litres) in daily.items()]
+    missing = sorted(set(cleaning.index) - set(daily))
+    for hid in missing:
+        log.warning("household %s has no valid day after cleaning; left out", hid)
+    return households, cleaning
+
+
+def build_pool(config: WaterDataConfig) -> WaterPool:
+    """Read the source and select the pool (no cache)."""
+    households, cleaning = read_households(config)
+    pool = select_pool(households, config)
+    if cleaning is not None:
+        extra = cleaning.drop(columns=[c for c in cleaning.columns if c in pool.report.columns])
+        report = pool.report.merge(extra, left_on="household", right_index=True, how="outer")
+        report["status"] = report["status"].fillna("no valid day after cleaning")
+        pool = WaterPool(pool.households, report.reset_index(drop=True))
+    return pool
+
+
+def default_cache_dir() -> Path:
+    """``$BOUQUET_CACHE_DIR``, else ``~/.cache/bouquet``."""
+    return Path(os.environ.get("BOUQUET_CACHE_DIR", Path.home() / ".cache" / "bouquet"))
+
+
+_MEMORY: dict[str, WaterPool] = {}
+
+
+def load_pool(config: WaterDataConfig, cache_dir: Path | None = None) -> WaterPool:
+    """The pool for ``config``, from memory, the disk cache, or built (then cached).
+
+    The cache holds only the pool's daily series and the report (kilobytes),
+    keyed by :meth:`WaterDataConfig.cache_key`; it is written atomically so
+    that concurrent simulation workers can share it.
+    """
+    key = config.cache_key()
+    if key in _MEMORY:
+        return _MEMORY[key]
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    npz, csv = folder / f"water-{key}.npz", folder / f"water-{key}-report.csv"
+    if npz.exists() and csv.exists():
+        with np.load(npz, allow_pickle=False) as stored:
+            ids, firsts, lengths, values = (stored[k] for k in ("ids", "first_days", "lengths", "values"))
+        splits = np.cumsum(lengths)[:-1]
+        households = [HouseholdDaily(str(i), f, v) for i, f, v in zip(ids, firsts, np.split(values, splits))]
+        pool = WaterPool(households, pd.read_csv(csv, dtype={"partition_id": "Int64"}))
+    else:
+        pool = build_pool(config)
+        folder.mkdir(parents=True, exist_ok=True)
+        suffix = f".{os.getpid()}.tmp"
+        tmp_npz, tmp_csv = folder / f"water-{key}{suffix}.npz", Path(str(csv) + suffix)
+        np.savez(tmp_npz, ids=np.array([h.household_id for h in pool.households]),
+                 first_days=np.array([h.first_day for h in pool.households], dtype="datetime64[D]"),
+                 lengths=np.array([len(h.litres) for h in pool.households]),
+                 values=np.concatenate([h.litres for h in pool.households]))
+        pool.report.to_csv(tmp_csv, index=False)
+        os.replace(tmp_csv, csv)
+        os.replace(tmp_npz, npz)
+    _MEMORY[key] = pool
+    return pool

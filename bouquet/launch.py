@@ -1,0 +1,143 @@
+"""Start and stop local Flower processes (a SuperLink) for runs and tests, by PID, on 127.0.0.1.
+
+Used by the end-to-end tests and the scripts: a private SuperLink on a free
+loopback port with its own ``FLWR_HOME``, so that nothing is left running and
+no user configuration is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["LocalSuperLink", "free_port", "local_superlink", "offline_env"]
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def offline_env(flwr_home: Path | None = None) -> dict[str, str]:
+    """Environment for Flower commands: no telemetry, no per-run dependency install."""
+    env = dict(os.environ)
+    env.update(FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
+    if flwr_home is not None:
+        env["FLWR_HOME"] = str(flwr_home)
+    return env
+
+
+def _bin(name: str) -> str:
+    candidate = Path(sys.executable).with_name(name)
+    found = str(candidate) if candidate.exists() else shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} not found next to {sys.executable} or on PATH; pip install 'flwr[simulation]'")
+    return found
+
+
+@dataclass
+class LocalSuperLink:
+    """A running SuperLink process and the ``FLWR_HOME`` whose config names it ``connection``."""
+
+    process: subprocess.Popen
+    port: int
+    flwr_home: Path
+    connection: str = "bouquet-local"
+
+    def flwr_run(self, app_dir: Path, run_config: str = "", federation_config: str = "",
+                 timeout: float | None = 600, capture: bool = True) -> subprocess.CompletedProcess:
+        """``flwr run <app_dir> <connection> --stream`` with the given overrides.
+
+        Output is captured (``capture=True``) or streamed to this terminal.
+        """
+        command = [_bin("flwr"), "run", str(app_dir), self.connection, "--stream"]
+        if run_config:
+            command += ["--run-config", run_config]
+        if federation_config:
+            command += ["--federation-config", federation_config]
+        return subprocess.run(command, env=offline_env(self.flwr_home), capture_output=capture, text=True,
+                              timeout=timeout)
+
+    def stop(self) -> None:
+        """Terminate the SuperLink (and the processes it started) by PID."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+@contextmanager
+def local_superlink(workdir: Path, simulation: bool = True, extra_args: list[str] | None = None,
+                    startup_seconds: float = 60) -> Iterator[LocalSuperLink]:
+    """Start ``flower-superlink`` on 127.0.0.1 (simulation runtime by default); stop it on exit.
+
+    ``workdir`` receives the ``FLWR_HOME``, the state database and the log.
+    """
+    workdir = Path(workdir)
+    flwr_home = workdir / "flwr-home"
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    (flwr_home / "config.toml").write_text(
+        f'[superlink]\ndefault = "bouquet-local"\n\n[superlink.bouquet-local]\n'
+        f'address = "127.0.0.1:{port}"\ninsecure = true\n')
+    command = [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(port),
+               "--database", str(workdir / "state.db"), "--disable-runtime-dependency-installation"]
+    if simulation:
+        command.append("--simulation")
+    command += extra_args or []
+    log = open(workdir / "superlink.log", "w")
+    process = subprocess.Popen(command, env=offline_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    link = LocalSuperLink(process, port, flwr_home)
+    try:
+        deadline = time.monotonic() + startup_seconds
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"flower-superlink exited with {process.returncode}; see {workdir / 'superlink.log'}")
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"flower-superlink did not listen on 127.0.0.1:{port} within {startup_seconds}s")
+            time.sleep(0.3)
+        yield link
+    finally:
+        link.stop()
+        log.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bouquet.launch``: run the app in simulation on a private SuperLink, then stop it."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m bouquet.launch", description=main.__doc__)
+    parser.add_argument("app", nargs="?", default=".", help="Flower app folder (holds pyproject.toml)")
+    parser.add_argument("--supernodes", type=int, default=184, help="simulated SuperNodes (households)")
+    parser.add_argument("--cpus-per-client", type=float, default=1.0)
+    parser.add_argument("--run-config", default="", help="overrides, e.g. 'num-server-rounds=5 seed=1'")
+    args = parser.parse_args(argv)
+    federation = f"num-supernodes={args.supernodes} client-resources-num-cpus={args.cpus_per_client}"
+    with tempfile.TemporaryDirectory(prefix="bouquet-link-") as workdir:
+        with local_superlink(Path(workdir)) as link:
+            print(f"bouquet: private SuperLink on 127.0.0.1:{link.port} (pid {link.process.pid})", flush=True)
+            done = link.flwr_run(Path(args.app), args.run_config, federation, timeout=None, capture=False)
+    return done.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

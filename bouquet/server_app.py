@@ -1,0 +1,105 @@
+"""The bouquet ServerApp: read the run config once, build the strategy, run, write results.
+
+Each run writes ``<results-dir>/<run-name>/`` (see :mod:`bouquet.results`):
+``config.json``, ``rounds.jsonl``, ``train_clients.csv``,
+``evaluate_clients.csv``, ``pool.csv`` (when the data is readable from the
+server, as in simulation), ``clients.csv`` (final per-client metrics of the
+final model on every node) and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from bouquet.config import AppConfig
+from bouquet.flower_logging import route_to_flower
+from bouquet.data.water import load_pool
+from bouquet.results import RunRecorder
+from bouquet.strategies.base import Recorder, SeededFedAvg
+from bouquet.tasks.water import LSTMForecaster
+
+__all__ = ["app", "build_strategy", "evaluate_every_node"]
+
+log = logging.getLogger(__name__)
+route_to_flower()
+app = ServerApp()
+
+
+def build_strategy(config: AppConfig, recorder: Recorder | None = None) -> SeededFedAvg:
+    """The strategy named by ``config.strategy`` (the one seam every strategy goes through)."""
+    common: dict[str, Any] = dict(clients_per_round=config.clients_per_round, seed=config.seed,
+                                  node_wait_seconds=config.node_wait_seconds, recorder=recorder,
+                                  fraction_evaluate=config.fraction_evaluate, min_evaluate_nodes=1,
+                                  min_available_nodes=1)
+    if config.strategy == "fedavg":
+        return SeededFedAvg(**common)
+    raise AssertionError(f"strategy {config.strategy!r} passed validation but has no builder")
+
+
+def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float) -> list[dict[str, Any]]:
+    """Evaluate ``arrays`` on every connected node; one row per replying node."""
+    nodes = sorted(grid.get_node_ids())
+    record = RecordDict({"arrays": arrays, "config": ConfigRecord({"final": True})})
+    messages = [Message(content=record, message_type="evaluate", dst_node_id=n) for n in nodes]
+    rows = []
+    for reply in grid.send_and_receive(messages, timeout=timeout):
+        if reply.has_error():
+            log.warning("final evaluation: node %d failed: %s", reply.metadata.src_node_id, reply.error.reason)
+            continue
+        row: dict[str, Any] = {"node_id": reply.metadata.src_node_id}
+        row.update(dict(reply.content.config_records["info"]))
+        row.update(dict(reply.content.metric_records["metrics"]))
+        rows.append(row)
+    return sorted(rows, key=lambda r: r["partition-id"])
+
+
+def _write_pool(config: AppConfig, recorder: RunRecorder) -> None:
+    if config.data_source == "daiad" and not config.data_path:
+        log.info("data path is given per node (deployment): no pool report on the server")
+        return
+    pool = load_pool(config.water_data())
+    pool.report.to_csv(recorder.folder / "pool.csv", index=False)
+    log.info("federated pool: %d households (report: %s)", len(pool), recorder.folder / "pool.csv")
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run ``num-server-rounds`` rounds and write the run folder."""
+    started = time.time()
+    config = AppConfig.from_run_config(context.run_config)
+    recorder = RunRecorder.create(config.results_dir, config.run_name, label=config.strategy)
+    recorder.write_json("config.json", config.to_run_config())
+    log.info("bouquet: results in %s", recorder.folder)
+    _write_pool(config, recorder)
+
+    torch.manual_seed(config.seed)
+    model = LSTMForecaster(config.hidden_size, config.num_layers)
+    strategy = build_strategy(config, recorder)
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
+                            num_rounds=config.num_server_rounds)
+
+    rows = evaluate_every_node(grid, result.arrays, timeout=3600)
+    recorder.append_rows("clients", rows)
+    mae = np.array([r["mae-litres"] for r in rows])
+    mse = np.array([r["mse"] for r in rows])
+    summary = {
+        "strategy": config.strategy, "rounds": config.num_server_rounds, "clients-evaluated": len(rows),
+        "mae-litres-mean": float(mae.mean()) if len(mae) else None,
+        "mae-litres-std": float(mae.std()) if len(mae) else None,
+        "mse-mean": float(mse.mean()) if len(mse) else None,
+        "wall-seconds": time.time() - started,
+    }
+    recorder.write_json("summary.json", summary)
+    if len(rows):
+        log.info("bouquet summary: %s, %d rounds, %d clients: MAE %.2f +- %.2f L/day, MSE %.4f (scaled); %s",
+                 config.strategy, config.num_server_rounds, len(rows), mae.mean(), mae.std(), mse.mean(),
+                 recorder.folder)
+    else:
+        log.warning("bouquet summary: no client answered the final evaluation; %s", recorder.folder)

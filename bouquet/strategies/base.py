@@ -1,0 +1,208 @@
+"""Flower FedAvg with seeded sampling, reply screening and per-client records.
+
+:class:`SeededFedAvg` is the base of every bouquet strategy.  It keeps
+Flower's FedAvg round structure and changes three things:
+
+* **sampling**: ``clients_per_round`` nodes drawn uniformly without
+  replacement with ``numpy.random.default_rng([seed, server_round])`` from the
+  sorted connected node ids (Flower's FedAvg uses the unseeded global
+  ``random``).  With ``clients_per_round=None`` Flower's ``fraction_train``
+  sampling is kept unchanged;
+* **screening**: a training reply whose arrays are not finite or whose array
+  names/shapes differ from the model sent is excluded with a warning naming
+  the node, never averaged in;
+* **one aggregation hook**, :meth:`SeededFedAvg.aggregate_arrays`, that
+  subclasses replace (coalition aggregation, ...); the default is Flower's
+  sample-weighted mean.
+
+An optional ``recorder`` receives per-round and per-client rows (see
+:mod:`bouquet.results`); without it the strategy only logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+
+from bouquet.flower_logging import route_to_flower
+
+__all__ = ["Recorder", "SeededFedAvg", "screen_replies"]
+
+log = logging.getLogger(__name__)
+route_to_flower()
+
+
+class Recorder(Protocol):
+    """Where strategies write what they measured (``bouquet.results.RunRecorder`` fits)."""
+
+    def log_round(self, server_round: int, phase: str, metrics: dict[str, Any]) -> None: ...
+
+    def append_rows(self, table: str, rows: Iterable[dict[str, Any]]) -> None: ...
+
+
+def screen_replies(replies: Iterable[Message], reference: ArrayRecord | None,
+                   arrayrecord_key: str = "arrays") -> tuple[list[Message], list[tuple[int, str]]]:
+    """Split training replies into usable ones and rejected ``(node id, reason)``.
+
+    A reply is rejected when it carries an error, lacks ``arrayrecord_key``,
+    has array names or shapes other than ``reference`` (the model sent), or
+    holds a non-finite value.  Replies are not modified.
+    """
+    expected = None
+    if reference is not None:
+        expected = {name: arr.shape for name, arr in reference.items()}
+    usable, rejected = [], []
+    for msg in replies:
+        node = msg.metadata.src_node_id
+        if msg.has_error():
+            rejected.append((node, f"error reply: {msg.error.reason}"))
+            continue
+        if arrayrecord_key not in msg.content.array_records:
+            rejected.append((node, f"no ArrayRecord {arrayrecord_key!r} in reply"))
+            continue
+        record = msg.content.array_records[arrayrecord_key]
+        arrays = {name: arr.numpy() for name, arr in record.items()}
+        if expected is not None:
+            got = {name: tuple(a.shape) for name, a in arrays.items()}
+            if got != {k: tuple(v) for k, v in expected.items()}:
+                rejected.append((node, f"array names/shapes {got} differ from the model sent"))
+                continue
+        bad = [name for name, a in arrays.items() if np.issubdtype(a.dtype, np.number) and not np.isfinite(a).all()]
+        if bad:
+            rejected.append((node, f"non-finite values in {bad}"))
+            continue
+        usable.append(msg)
+    return usable, rejected
+
+
+class SeededFedAvg(FedAvg):
+    """FedAvg with seeded fixed-size sampling, reply screening and an aggregation hook.
+
+    Parameters
+    ----------
+    clients_per_round : int, optional
+        S, the number of nodes trained per round.  ``None`` keeps Flower's
+        ``fraction_train`` sampling.
+    seed : int, default 0
+        Sampling seed; round ``t`` uses ``default_rng([seed, t])``.
+    node_wait_seconds : float, default 30
+        How long to wait for ``clients_per_round`` nodes to connect before
+        sampling from those connected (with a warning) instead of waiting
+        forever as Flower's sampler does.
+    recorder : Recorder, optional
+        Receives per-round metrics and per-client rows.
+    **fedavg_kwargs
+        Passed to :class:`flwr.serverapp.strategy.FedAvg`.
+    """
+
+    def __init__(self, *, clients_per_round: int | None = None, seed: int = 0, node_wait_seconds: float = 30.0,
+                 recorder: Recorder | None = None, **fedavg_kwargs: Any) -> None:
+        super().__init__(**fedavg_kwargs)
+        if clients_per_round is not None and clients_per_round < 1:
+            raise ValueError(f"clients_per_round must be >= 1 or None, got {clients_per_round}")
+        self.clients_per_round = clients_per_round
+        self.seed = seed
+        self.node_wait_seconds = node_wait_seconds
+        self.recorder = recorder
+        self._sent_arrays: ArrayRecord | None = None
+
+    # ----------------------------------------------------------------- sampling
+    def sample_nodes(self, grid: Grid, server_round: int, count: int) -> list[int]:
+        """``count`` node ids drawn with ``default_rng([seed, server_round])`` from the sorted connected ids."""
+        deadline = time.monotonic() + self.node_wait_seconds
+        while len(nodes := sorted(grid.get_node_ids())) < count and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if len(nodes) < count:
+            log.warning("round %d: only %d nodes connected, %d requested; sampling all of them",
+                        server_round, len(nodes), count)
+            count = len(nodes)
+        rng = np.random.default_rng([self.seed, server_round])
+        picked = rng.choice(len(nodes), size=count, replace=False)  # node ids are uint64: draw positions
+        return sorted(nodes[int(k)] for k in picked)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        self._sent_arrays = arrays
+        if self.clients_per_round is None:
+            return super().configure_train(server_round, arrays, config, grid)
+        node_ids = self.sample_nodes(grid, server_round, self.clients_per_round)
+        log.info("configure_train: sampled %d nodes (seed %d, round %d)", len(node_ids), self.seed, server_round)
+        round_config = ConfigRecord({**dict(config), "server-round": server_round})
+        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: round_config})
+        return self._construct_messages(record, node_ids, "train")
+
+    # -------------------------------------------------------------- aggregation
+    def aggregate_arrays(self, server_round: int, replies: list[RecordDict],
+                         node_ids: list[int]) -> tuple[ArrayRecord, dict[str, Any]]:
+        """Combine screened replies into the next global model (override me).
+
+        Parameters
+        ----------
+        replies : list of RecordDict
+            Contents of the usable replies, in ``node_ids`` order.
+        node_ids : list of int
+
+        Returns
+        -------
+        (ArrayRecord, dict)
+            The new global arrays and scalar metrics of the aggregation
+            (logged and recorded with the round).
+        """
+        return aggregate_arrayrecords(replies, self.weighted_by_key), {}
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        usable, rejected = screen_replies(replies, self._sent_arrays, self.arrayrecord_key)
+        log.info("aggregate_train: %d usable replies, %d rejected", len(usable), len(rejected))
+        for node, reason in rejected:
+            log.warning("round %d: reply of node %d excluded: %s", server_round, node, reason)
+        if not usable:
+            return None, None
+        contents = [m.content for m in usable]
+        node_ids = [m.metadata.src_node_id for m in usable]
+        started = time.perf_counter()
+        arrays, report = self.aggregate_arrays(server_round, contents, node_ids)
+        elapsed = time.perf_counter() - started
+        metrics = self.train_metrics_aggr_fn(contents, self.weighted_by_key)
+        if self.recorder is not None:
+            self.recorder.append_rows("train_clients", self._client_rows(server_round, usable))
+            self.recorder.log_round(server_round, "train", {
+                **dict(metrics), **report, "replies": len(usable), "rejected": len(rejected),
+                "rejected-nodes": [n for n, _ in rejected], "aggregation-seconds": elapsed})
+        return arrays, metrics
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        replies = list(replies)
+        metrics = super().aggregate_evaluate(server_round, replies)
+        if self.recorder is not None and metrics is not None:
+            usable = [m for m in replies if not m.has_error()]
+            self.recorder.append_rows("evaluate_clients", self._client_rows(server_round, usable))
+            self.recorder.log_round(server_round, "evaluate", {**dict(metrics), "replies": len(usable)})
+        return metrics
+
+    @staticmethod
+    def _client_rows(server_round: int, replies: list[Message]) -> list[dict[str, Any]]:
+        rows = []
+        for msg in replies:
+            row: dict[str, Any] = {"round": server_round, "node_id": msg.metadata.src_node_id}
+            for record in msg.content.config_records.values():
+                row.update(dict(record))
+            for record in msg.content.metric_records.values():
+                row.update(dict(record))
+            rows.append(row)
+        return rows
+
+    def summary(self) -> None:
+        log.info("\t├──> Sampling: %s per round, seed %d",
+                 self.clients_per_round if self.clients_per_round is not None else
+                 f"fraction {self.fraction_train:.2f}", self.seed)
+        super().summary()

@@ -1,0 +1,1 @@
+"""Models and local training/evaluation per use case (torch)."""

@@ -1,0 +1,20 @@
+"""Shared fixtures: an isolated data cache, and the path of the shared real data."""
+
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DAIAD_ZIP = SHARED_DATA / "daiad" / "swm_trialA.zip"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BOUQUET_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture
+def daiad_zip() -> Path:
+    if not DAIAD_ZIP.exists():
+        pytest.skip(f"real DAIAD file not found at {DAIAD_ZIP} (shared data is only on developer/CI machines)")
+    return DAIAD_ZIP

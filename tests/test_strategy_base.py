@@ -1,0 +1,108 @@
+"""SeededFedAvg with real Flower Message objects: screening, sampling, records."""
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, Metadata, MetricRecord, RecordDict
+from flwr.app.error import Error
+from flwr.supercore.task_identity import TaskIdentity
+
+from bouquet.strategies.base import SeededFedAvg, screen_replies
+
+
+def arrays(value, shape=(2, 3)):
+    return ArrayRecord({"w": Array(np.full(shape, value, dtype=np.float32)),
+                        "b": Array(np.full(3, value, dtype=np.float32))})
+
+
+def reply(node_id, record=None, examples=10, error=None):
+    """A training reply from ``node_id`` as the Grid hands it to the strategy."""
+    metadata = Metadata(run_id=1, message_id=f"m{node_id}", src_node_id=node_id, dst_node_id=0,
+                        reply_to_message_id=f"i{node_id}", group_id="1", created_at=0.0, ttl=60.0,
+                        message_type="train")
+    if error is not None:
+        return Message(error=error, metadata=metadata)
+    content = RecordDict({"arrays": record, "metrics": MetricRecord({"num-examples": examples, "loss": 1.0})})
+    return Message(content=content, metadata=metadata)
+
+
+class FakeGrid:
+    def __init__(self, node_ids):
+        self.node_ids = list(node_ids)
+
+    def get_node_ids(self):
+        return list(self.node_ids)
+
+
+class ListRecorder:
+    def __init__(self):
+        self.rounds, self.rows = [], {}
+
+    def log_round(self, server_round, phase, metrics):
+        self.rounds.append((server_round, phase, dict(metrics)))
+
+    def append_rows(self, table, rows):
+        self.rows.setdefault(table, []).extend(rows)
+
+
+def test_screening_rejects_nan_shape_and_error_replies():
+    replies = [reply(1, arrays(1.0)), reply(2, arrays(np.nan)), reply(3, arrays(1.0, shape=(3, 2))),
+               reply(4, error=Error(code=1, reason="boom"))]
+    usable, rejected = screen_replies(replies, arrays(0.0))
+    assert [m.metadata.src_node_id for m in usable] == [1]
+    reasons = dict(rejected)
+    assert "non-finite" in reasons[2] and "shapes" in reasons[3] and "boom" in reasons[4]
+
+
+def test_nan_reply_is_never_averaged_in(caplog):
+    recorder = ListRecorder()
+    strategy = SeededFedAvg(clients_per_round=3, recorder=recorder)
+    strategy._sent_arrays = arrays(0.0)
+    replies = [reply(1, arrays(1.0), examples=10), reply(2, arrays(3.0), examples=30), reply(3, arrays(np.nan))]
+    with caplog.at_level("WARNING"):
+        result, metrics = strategy.aggregate_train(1, replies)
+    np.testing.assert_allclose(result["w"].numpy(), 2.5)  # (1*10 + 3*30) / 40, node 3 excluded
+    assert "node 3 excluded" in caplog.text
+    (_, phase, logged), = recorder.rounds
+    assert phase == "train" and logged["rejected"] == 1 and logged["rejected-nodes"] == [3]
+    assert [r["node_id"] for r in recorder.rows["train_clients"]] == [1, 2]
+
+
+def test_all_replies_rejected_keeps_previous_model():
+    strategy = SeededFedAvg(clients_per_round=1)
+    strategy._sent_arrays = arrays(0.0)
+    assert strategy.aggregate_train(1, [reply(1, arrays(np.inf))]) == (None, None)
+
+
+def test_sampling_is_seeded_and_sized():
+    grid = FakeGrid(range(100, 150))
+    a = SeededFedAvg(clients_per_round=7, seed=3)
+    b = SeededFedAvg(clients_per_round=7, seed=3)
+    first = a.sample_nodes(grid, 1, 7)
+    assert first == b.sample_nodes(FakeGrid(reversed(range(100, 150))), 1, 7)
+    assert len(set(first)) == 7 and set(first) <= set(range(100, 150))
+    assert first != a.sample_nodes(grid, 2, 7)
+
+
+def test_sampling_handles_huge_node_ids_and_too_few_nodes(caplog):
+    huge = [2**63 + 5, 2**64 - 1, 17]
+    strategy = SeededFedAvg(clients_per_round=5, node_wait_seconds=0)
+    with caplog.at_level("WARNING"):
+        picked = strategy.sample_nodes(FakeGrid(huge), 1, 5)
+    assert sorted(picked) == sorted(huge)
+    assert "only 3 nodes connected, 5 requested" in caplog.text
+
+
+def test_configure_train_sends_to_sampled_nodes_without_mutating_config(monkeypatch):
+    for name in ("_run_id", "_task_id", "_node_id"):  # what a ServerApp process sets
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    strategy = SeededFedAvg(clients_per_round=4, seed=0)
+    config = ConfigRecord({"lr": 0.1})
+    messages = list(strategy.configure_train(2, arrays(0.0), config, FakeGrid(range(1, 11))))
+    assert len(messages) == 4 and len({m.metadata.dst_node_id for m in messages}) == 4
+    assert dict(config) == {"lr": 0.1}
+    assert messages[0].content["config"]["server-round"] == 2
+
+
+def test_invalid_clients_per_round():
+    with pytest.raises(ValueError, match="clients_per_round"):
+        SeededFedAvg(clients_per_round=0)

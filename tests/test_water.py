@@ -1,0 +1,123 @@
+"""Water preprocessing: window/target alignment, no leakage, split sizes, filters, cache."""
+
+import numpy as np
+import pytest
+
+from bouquet.data.synthetic import SyntheticConfig
+from bouquet.data.water import (HouseholdDaily, InsufficientDataError, WaterDataConfig, load_pool, make_windows,
+                                select_pool)
+
+
+def household(values, hid="h"):
+    return HouseholdDaily(hid, np.datetime64("2016-01-01"), np.asarray(values, dtype=float))
+
+
+def test_windows_align_inputs_and_next_day_target():
+    series = np.arange(20, dtype=float)  # day k has value k
+    w = make_windows(household(series), lookback=3, train_fraction=0.8, scaler="minmax", min_windows=2)
+    # 17 windows (targets days 3..19): 13 train, 4 test
+    assert len(w.y_train) == 13 and len(w.y_test) == 4
+    x_litres = w.to_litres(w.x_train[..., 0])
+    y_litres = w.to_litres(w.y_train)
+    np.testing.assert_allclose(x_litres[0], [0, 1, 2], atol=1e-5)
+    np.testing.assert_allclose(y_litres[0], 3, atol=1e-5)
+    np.testing.assert_allclose(w.to_litres(w.x_test[-1, :, 0]), [16, 17, 18], atol=1e-5)
+    np.testing.assert_allclose(w.to_litres(w.y_test), [16, 17, 18, 19], atol=1e-5)
+    assert w.test_days[0] == np.datetime64("2016-01-17")
+
+
+def test_scaler_sees_no_test_target():
+    base = np.arange(20, dtype=float)
+    spiked = base.copy()
+    spiked[-1] = 1e6  # a test target
+    a = make_windows(household(base), lookback=3)
+    b = make_windows(household(spiked), lookback=3)
+    assert (a.offset, a.scale) == (b.offset, b.scale)
+    # minmax fitted on days 0..15 (up to the last training target)
+    assert a.offset == 0.0 and a.scale == 15.0
+    np.testing.assert_array_equal(a.x_train, b.x_train)
+
+
+def test_zscore_scaler():
+    w = make_windows(household(np.arange(20.0)), lookback=3, scaler="zscore")
+    fit = np.arange(16.0)
+    assert w.offset == pytest.approx(fit.mean()) and w.scale == pytest.approx(fit.std())
+
+
+def test_windows_skip_gaps():
+    series = np.arange(30, dtype=float)
+    series[10] = np.nan
+    w = make_windows(household(series), lookback=3, train_fraction=0.5)
+    targets = np.concatenate([w.to_litres(w.y_train), w.to_litres(w.y_test)])
+    # no window may use day 10 as input or target
+    assert not np.any((targets >= 10) & (targets <= 13))
+    assert len(targets) == (10 - 3) + (30 - 14)
+
+
+def test_too_few_windows_names_household_and_minimum():
+    with pytest.raises(InsufficientDataError, match=r"household tiny: 2 complete windows from 14 valid days; "
+                                                    r"needs at least 10 windows of 12 \+ 1"):
+        make_windows(household(np.ones(14), "tiny"), lookback=12, min_windows=10)
+
+
+def test_split_sizes_follow_fraction():
+    w = make_windows(household(np.random.default_rng(0).random(112)), lookback=12, train_fraction=0.8)
+    assert (len(w.y_train), len(w.y_test)) == (80, 20)
+    assert w.x_train.shape == (80, 12, 1) and w.x_train.dtype == np.float32
+
+
+def test_pool_filters_active_history_and_windows():
+    rng = np.random.default_rng(1)
+    homes = [household(rng.uniform(90, 110, 800), f"low{i}") for i in range(8)]
+    homes.append(household(rng.uniform(900, 1100, 800), "big"))
+    homes.append(household(rng.uniform(900, 1100, 400), "bigshort"))
+    gappy = rng.uniform(900, 1100, 800)
+    gappy[::10] = np.nan  # never 13 consecutive valid days
+    homes.append(household(gappy, "biggappy"))
+    pool = select_pool(homes, WaterDataConfig(min_history_days=730))
+    assert [h.household_id for h in pool.households] == ["big"]
+    status = dict(zip(pool.report["household"], pool.report["status"]))
+    assert status["big"] == "pool"
+    assert status["bigshort"].startswith("short history (400 < 730 days)")
+    assert status["biggappy"] == "too few windows"
+    assert status["low0"].startswith("inactive")
+    assert pool.report.set_index("household").loc["big", "partition_id"] == 0
+
+
+def test_empty_pool_explains_filters():
+    homes = [household(np.full(100, 100.0), "a"), household(np.full(100, 100.0), "b")]
+    with pytest.raises(InsufficientDataError, match="no household passes the filters.*min-history-days"):
+        select_pool(homes, WaterDataConfig(min_history_days=730))
+
+
+def test_partition_out_of_range_is_clear():
+    config = WaterDataConfig(synthetic=SyntheticConfig(n_households=60), active_factor=0.0)
+    pool = load_pool(config)
+    with pytest.raises(IndexError, match=f"partition-id 999 is outside the pool of {len(pool)} households"):
+        pool.client(999, config)
+
+
+def test_cache_roundtrip_gives_the_same_pool(tmp_path):
+    from bouquet.data import water
+
+    config = WaterDataConfig(synthetic=SyntheticConfig(n_households=40, seed=3), active_factor=0.5)
+    built = load_pool(config, cache_dir=tmp_path)
+    water._MEMORY.clear()
+    loaded = load_pool(config, cache_dir=tmp_path)
+    assert [h.household_id for h in built.households] == [h.household_id for h in loaded.households]
+    for a, b in zip(built.households, loaded.households):
+        np.testing.assert_array_equal(a.litres, b.litres)
+        assert a.first_day == b.first_day
+    assert list(built.report["status"]) == list(loaded.report["status"])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"source": "csv"}, "data source must be one of"),
+    ({"source": "daiad"}, "needs a data path"),
+    ({"scaler": "robust"}, "scaler must be one of"),
+    ({"train_fraction": 1.0}, "train_fraction"),
+    ({"min_windows": 1}, "min_windows"),
+])
+def test_config_rejects_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        WaterDataConfig(**kwargs)
