@@ -66,6 +66,13 @@ def synthetic_hourly_stats(hourly: list[np.ndarray]) -> dict[str, float]:
             "peak hour (mean L)": int(by_hour.argmax()), "night 2-4h / peak": float(by_hour[2:5].mean() / by_hour.max())}
 
 
+def markdown(frame: pd.DataFrame) -> str:
+    """A pipe table with 3 significant digits (no tabulate dependency)."""
+    cells = [[f"{v:.3g}" if isinstance(v, float) else str(v) for v in row] for row in frame.itertuples(index=False)]
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--daiad", default="../shared/data/daiad/swm_trialA.zip")
@@ -110,8 +117,8 @@ def main() -> None:
     pools = pd.DataFrame(pool_rows)
     table.to_csv(out / "calibration.csv")
     pools.to_csv(out / "pool_sizes.csv", index=False)
-    text = table.to_markdown(floatfmt=".3g") + "\n\nPaper filters on the synthetic population (paper: 188 active, 184 pool):\n\n" \
-        + pools.to_markdown(index=False) + "\n"
+    text = (markdown(table.reset_index(names="statistic")) + "\n\nPaper filters on the synthetic population "
+            "(paper: 188 active, 184 pool):\n\n" + markdown(pools) + "\n")
     (out / "calibration.md").write_text(text)
     print(text)
 
