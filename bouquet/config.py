@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from bouquet.algorithms.hk import HKParams
 from bouquet.data.daiad import CleaningRules
 from bouquet.data.synthetic import SyntheticConfig
 from bouquet.data.water import WaterDataConfig
@@ -22,7 +23,7 @@ from bouquet.tasks.water import TrainSettings
 __all__ = ["AppConfig", "ConfigError", "STRATEGIES"]
 
 #: Strategy names accepted by the ``strategy`` key.
-STRATEGIES = ("fedavg",)
+STRATEGIES = ("fedavg", "hk-cosine", "hk-euclidean", "hk-cosine-bounded")
 
 
 class ConfigError(ValueError):
@@ -42,12 +43,15 @@ class AppConfig:
     ``synthetic-households``, ``active-factor``, ``min-history-days``,
     ``lookback`` (L), ``train-fraction``, ``min-windows``, ``scaler``,
     ``max-flow-litres-per-hour``, ``max-spread-hours``, ``min-hours-per-day``.
+    HK (``strategy = "hk-<geometry>"``): ``hk-tau``, ``hk-eps-l``, ``hk-eps-r``,
+    ``hk-delta``, ``hk-s-max``, ``hk-coalition-tol``, ``hk-opinions``,
+    ``hk-barycenter-weighting`` (see :class:`bouquet.algorithms.hk.HKParams`).
     """
 
     num_server_rounds: int = 20
     clients_per_round: int = 50
     fraction_evaluate: float = 1.0
-    strategy: str = "fedavg"
+    strategy: str = "hk-cosine"
     seed: int = 0
     results_dir: str = "results"
     run_name: str = ""
@@ -70,6 +74,14 @@ class AppConfig:
     max_flow_litres_per_hour: float = 3125.0
     max_spread_hours: float = 6.0
     min_hours_per_day: int = 22
+    hk_tau: float = 0.75
+    hk_eps_l: float = -1.0
+    hk_eps_r: float = 1.0
+    hk_delta: float = 1e-6
+    hk_s_max: int = 50
+    hk_coalition_tol: float = 1e-6
+    hk_opinions: str = "auto"
+    hk_barycenter_weighting: str = "uniform"
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -85,6 +97,8 @@ class AppConfig:
         try:  # the nested configs validate their own ranges
             self.water_data(self.data_path or "given-per-node")  # deployment: each node names its file
             self.train_settings()
+            if self.strategy.startswith("hk-"):
+                self.hk_params()
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         if self.hidden_size < 1 or self.num_layers < 1:
@@ -131,6 +145,13 @@ class AppConfig:
             min_windows=self.min_windows,
             scaler=self.scaler,
         )
+
+    def hk_params(self) -> HKParams:
+        """HK parameters; the geometry is the part of ``strategy`` after ``hk-``."""
+        return HKParams(geometry=self.strategy.removeprefix("hk-"), tau=self.hk_tau, eps_l=self.hk_eps_l,
+                        eps_r=self.hk_eps_r, delta=self.hk_delta, s_max=self.hk_s_max,
+                        coalition_tol=self.hk_coalition_tol, opinions=self.hk_opinions,
+                        barycenter_weighting=self.hk_barycenter_weighting)
 
     def train_settings(self) -> TrainSettings:
         return TrainSettings(self.local_epochs, self.learning_rate, self.batch_size)

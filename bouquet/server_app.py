@@ -9,6 +9,7 @@ final model on every node) and ``summary.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -23,6 +24,7 @@ from bouquet.flower_logging import route_to_flower
 from bouquet.data.water import load_pool
 from bouquet.results import RunRecorder
 from bouquet.strategies.base import Recorder, SeededFedAvg
+from bouquet.strategies.hk import HKFedAvg
 from bouquet.tasks.water import LSTMForecaster
 
 __all__ = ["app", "build_strategy", "evaluate_every_node"]
@@ -40,6 +42,9 @@ def build_strategy(config: AppConfig, recorder: Recorder | None = None) -> Seede
                                   min_available_nodes=1)
     if config.strategy == "fedavg":
         return SeededFedAvg(**common)
+    if config.strategy.startswith("hk-"):
+        params = config.hk_params()
+        return HKFedAvg(**dataclasses.asdict(params), **common)
     raise AssertionError(f"strategy {config.strategy!r} passed validation but has no builder")
 
 

@@ -26,7 +26,9 @@ def test_unknown_key_lists_known_keys():
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("strategy", "fedavgx", "unknown strategy 'fedavgx'; choose one of fedavg"),
+    ("strategy", "fedavgx", "unknown strategy .fedavgx.; choose one of fedavg, hk-cosine"),
+    ("hk-tau", 3.0, "cosine threshold tau must be in"),
+    ("hk-opinions", "half", "opinions must be"),
     ("num-server-rounds", 0, "num-server-rounds must be >= 1"),
     ("num-server-rounds", 2.5, "must be an integer"),
     ("learning-rate", "fast", "must be a number"),

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -22,7 +23,7 @@ def run_app(tmp_path, run_config: str, supernodes: int = 4):
 
 
 def test_fedavg_water_run_writes_results_and_learns(tmp_path):
-    folder, stdout = run_app(tmp_path, "num-server-rounds=3 clients-per-round=3 local-epochs=2 "
+    folder, stdout = run_app(tmp_path, 'strategy="fedavg" num-server-rounds=3 clients-per-round=3 local-epochs=2 '
                                        "synthetic-households=200 active-factor=0.5")
     assert "bouquet summary: fedavg, 3 rounds, 4 clients" in stdout
     config = json.loads((folder / "config.json").read_text())
@@ -47,3 +48,32 @@ def test_bad_run_config_value_stops_with_a_clear_message(tmp_path):
     with local_superlink(tmp_path / "link") as link:
         done = link.flwr_run(ROOT, run_config='strategy="fedavgx"', federation_config="num-supernodes=2")
     assert "unknown strategy 'fedavgx'" in done.stdout + done.stderr
+
+
+def test_hk_water_run_writes_coalitions(tmp_path):
+    folder, stdout = run_app(tmp_path, 'strategy="hk-euclidean" hk-tau=0.5 num-server-rounds=2 clients-per-round=4 '
+                                       "local-epochs=1 synthetic-households=200 active-factor=0.5", supernodes=5)
+    assert "HK euclidean tau=0.5 -> K=" in stdout
+    coalitions = pd.read_csv(folder / "coalitions.csv")
+    assert sorted(coalitions["round"].unique()) == [1, 2]
+    assert coalitions.groupby("round").size().tolist() == [4, 4]
+    train = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+    train = [r for r in train if r["phase"] == "train"]
+    for record in train:
+        members = coalitions[coalitions["round"] == record["round"]]
+        assert record["coalitions"] == members["coalition"].nunique()
+        assert sorted(record["coalition-sizes"], reverse=True) == sorted(
+            members.groupby("coalition").size().tolist(), reverse=True)
+    assert json.loads((folder / "summary.json").read_text())["strategy"] == "hk-euclidean"
+
+
+def test_hk_strategy_drops_into_a_foreign_flower_app(tmp_path):
+    """A numpy linear-regression app that is not ours swaps FedAvg for HKFedAvg in one line."""
+    with local_superlink(tmp_path / "link") as link:
+        done = link.flwr_run(ROOT / "tests" / "foreign_app", federation_config="num-supernodes=4")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "Starting HKFedAvg strategy" in output and "HK cosine tau=0.5 -> K=2" in output
+    final = output.split("FOREIGN-APP-FINAL", 1)[1].split("]", 1)[0].strip(" [")
+    weights = [float(v) for v in final.split(",")]
+    assert len(weights) == 3 and all(np.isfinite(weights))

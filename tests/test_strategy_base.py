@@ -2,46 +2,12 @@
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, Metadata, MetricRecord, RecordDict
+from flwr.app import ConfigRecord
 from flwr.app.error import Error
 from flwr.supercore.task_identity import TaskIdentity
 
 from bouquet.strategies.base import SeededFedAvg, screen_replies
-
-
-def arrays(value, shape=(2, 3)):
-    return ArrayRecord({"w": Array(np.full(shape, value, dtype=np.float32)),
-                        "b": Array(np.full(3, value, dtype=np.float32))})
-
-
-def reply(node_id, record=None, examples=10, error=None):
-    """A training reply from ``node_id`` as the Grid hands it to the strategy."""
-    metadata = Metadata(run_id=1, message_id=f"m{node_id}", src_node_id=node_id, dst_node_id=0,
-                        reply_to_message_id=f"i{node_id}", group_id="1", created_at=0.0, ttl=60.0,
-                        message_type="train")
-    if error is not None:
-        return Message(error=error, metadata=metadata)
-    content = RecordDict({"arrays": record, "metrics": MetricRecord({"num-examples": examples, "loss": 1.0})})
-    return Message(content=content, metadata=metadata)
-
-
-class FakeGrid:
-    def __init__(self, node_ids):
-        self.node_ids = list(node_ids)
-
-    def get_node_ids(self):
-        return list(self.node_ids)
-
-
-class ListRecorder:
-    def __init__(self):
-        self.rounds, self.rows = [], {}
-
-    def log_round(self, server_round, phase, metrics):
-        self.rounds.append((server_round, phase, dict(metrics)))
-
-    def append_rows(self, table, rows):
-        self.rows.setdefault(table, []).extend(rows)
+from tests.flower_fakes import FakeGrid, ListRecorder, arrays, reply
 
 
 def test_screening_rejects_nan_shape_and_error_replies():

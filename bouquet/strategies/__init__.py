@@ -2,8 +2,10 @@
 
 ``SeededFedAvg``: Flower's FedAvg with seeded fixed-size sampling, screening of
 non-finite or mis-shaped replies, and one aggregation hook.
+``HKFedAvg``: Hegselmann-Krause coalition aggregation (drop-in for FedAvg).
 """
 
 from bouquet.strategies.base import SeededFedAvg, screen_replies
+from bouquet.strategies.hk import HKFedAvg
 
-__all__ = ["SeededFedAvg", "screen_replies"]
+__all__ = ["HKFedAvg", "SeededFedAvg", "screen_replies"]

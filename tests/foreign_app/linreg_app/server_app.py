@@ -1,0 +1,17 @@
+"""Server: Flower's FedAvg recipe, with the strategy swapped for bouquet's HKFedAvg (one line)."""
+
+import numpy as np
+from flwr.app import ArrayRecord, Context
+from flwr.serverapp import Grid, ServerApp
+
+from bouquet.strategies import HKFedAvg  # was: from flwr.serverapp.strategy import FedAvg
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    strategy = HKFedAvg(geometry="cosine", tau=0.5, fraction_train=1.0)  # was: FedAvg(fraction_train=1.0)
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(3)]),
+                            num_rounds=int(context.run_config["num-server-rounds"]))
+    print("FOREIGN-APP-FINAL", result.arrays.to_numpy_ndarrays()[0].tolist(), flush=True)

@@ -1,0 +1,99 @@
+"""HKFedAvg adapter with real Flower Messages: coalitions, screening, records."""
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord
+
+from bouquet.strategies import HKFedAvg
+from bouquet.strategies.arrays import FlatLayout, stack_records
+from tests.flower_fakes import ListRecorder, arrays, reply
+
+
+def model(w, b, counter=None):
+    content = {"w": Array(np.asarray(w, dtype=np.float32)), "b": Array(np.asarray(b, dtype=np.float32))}
+    if counter is not None:
+        content["steps"] = Array(np.asarray(counter, dtype=np.int64))
+    return ArrayRecord(content)
+
+
+def test_hand_case_through_messages():
+    # flattened models are the rows of test_hk_algorithm's cosine hand case: w (1 value) + b (1 value)
+    rows = [[1, 0], [1, 0.1], [0, 1], [0.1, 1], [1, -0.1]]
+    replies = [reply(10 + i, model([r[0]], [r[1]]), info={"partition-id": i, "household": f"h{i}"})
+               for i, r in enumerate(rows)]
+    recorder = ListRecorder()
+    strategy = HKFedAvg(geometry="cosine", tau=0.5, recorder=recorder)
+    strategy._sent_arrays = model([0.0], [0.0])
+    result, _ = strategy.aggregate_train(3, replies)
+    np.testing.assert_allclose(result["w"].numpy(), [0.525], rtol=1e-6)
+    np.testing.assert_allclose(result["b"].numpy(), [0.5], rtol=1e-6)
+    (round_, phase, logged), = recorder.rounds
+    assert (round_, phase) == (3, "train")
+    assert logged["coalitions"] == 2 and logged["coalition-sizes"] == [3, 2] and logged["singletons"] == 0
+    assert logged["hk-steps"] == 2 and logged["hk-converged"] is True and logged["aggregation-seconds"] >= 0
+    members = {(row["node_id"], row["household"]): row["coalition"] for row in recorder.rows["coalitions"]}
+    assert members == {(10, "h0"): 0, (11, "h1"): 0, (12, "h2"): 1, (13, "h3"): 1, (14, "h4"): 0}
+
+
+def test_nan_and_zero_replies_are_excluded_with_a_named_warning(caplog):
+    replies = [reply(1, arrays(1.0)), reply(2, arrays(2.0)), reply(3, arrays(np.nan)), reply(4, arrays(0.0))]
+    strategy = HKFedAvg(geometry="euclidean", tau=2.0)  # one coalition: the uniform mean of the kept ones
+    strategy._sent_arrays = arrays(0.5)
+    with caplog.at_level("WARNING"):
+        result, _ = strategy.aggregate_train(1, replies)
+    np.testing.assert_allclose(result["w"].numpy(), 1.5)
+    assert "node 3 excluded: non-finite" in caplog.text
+    assert "node 4 excluded: all-zero weights" in caplog.text
+
+
+def test_shape_mismatch_is_excluded(caplog):
+    replies = [reply(1, arrays(1.0)), reply(2, arrays(3.0)), reply(3, arrays(5.0, shape=(3, 2)))]
+    strategy = HKFedAvg(geometry="cosine", tau=-1.0)
+    strategy._sent_arrays = arrays(0.0)
+    with caplog.at_level("WARNING"):
+        result, _ = strategy.aggregate_train(1, replies)
+    np.testing.assert_allclose(result["b"].numpy(), 2.0)
+    assert "node 3 excluded" in caplog.text
+
+
+def test_integer_arrays_are_carried_not_averaged():
+    replies = [reply(1, model([1.0, 0.0], [0.0], counter=7)), reply(2, model([0.0, 1.0], [0.0], counter=9))]
+    strategy = HKFedAvg(geometry="cosine", tau=0.5)
+    strategy._sent_arrays = model([0.0, 0.0], [0.0], counter=0)
+    result, _ = strategy.aggregate_train(1, replies)
+    assert list(result.keys()) == ["w", "b", "steps"]
+    np.testing.assert_allclose(result["w"].numpy(), [0.5, 0.5])  # two singletons: uniform mean
+    assert int(result["steps"].numpy()) == 7
+
+
+def test_sample_weighted_barycenters():
+    replies = [reply(1, model([1.0], [0.0]), examples=1), reply(2, model([3.0], [0.0]), examples=3)]
+    strategy = HKFedAvg(geometry="cosine", tau=0.5, barycenter_weighting="samples")
+    strategy._sent_arrays = model([0.0], [0.0])
+    result, _ = strategy.aggregate_train(1, replies)
+    np.testing.assert_allclose(result["w"].numpy(), [2.5])  # one coalition, (1*1 + 3*3) / 4
+
+
+def test_trajectories_recorded_on_request():
+    replies = [reply(i, arrays(float(i))) for i in (1, 2, 3)]
+    strategy = HKFedAvg(record_trajectories=True)
+    strategy._sent_arrays = arrays(0.0)
+    strategy.aggregate_train(5, replies)
+    kept = strategy.trajectories[5]
+    assert kept["node_ids"] == [1, 2, 3] and kept["gram"].shape == (3, 3) and len(kept["history"]) >= 2
+
+
+def test_invalid_parameters_fail_at_construction():
+    with pytest.raises(ValueError, match="cosine threshold"):
+        HKFedAvg(geometry="cosine", tau=2.0)
+
+
+def test_flat_layout_roundtrip():
+    record = model([[1.0, 2.0], [3.0, 4.0]], [5.0], counter=3)
+    matrix, layout = stack_records([record, record])
+    assert matrix.shape == (2, 5) and layout == FlatLayout.of(record)
+    back = layout.unflatten(matrix[0], record)
+    for name in record:
+        np.testing.assert_array_equal(back[name].numpy(), record[name].numpy())
+    with pytest.raises(ValueError, match="layout needs"):
+        layout.unflatten(np.zeros(4), record)
