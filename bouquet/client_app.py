@@ -13,13 +13,14 @@ import functools
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from bouquet.config import AppConfig
 from bouquet.flower_logging import route_to_flower
 from bouquet.data.water import ClientWindows, load_pool
-from bouquet.tasks.water import LSTMForecaster, evaluate_windows, train_windows
+from bouquet.tasks.perfedavg import personalize, train_perfedavg
+from bouquet.tasks.water import LSTMForecaster, evaluate_windows, predict, proximal_penalty, train_windows
 
 route_to_flower()
 app = ClientApp()
@@ -64,7 +65,13 @@ def train(msg: Message, context: Context) -> Message:
     model = _model(config, msg.content["arrays"])
     rng = np.random.default_rng([config.seed, server_round, partition_id])
     torch.manual_seed(int(rng.integers(2**31)))
-    loss = train_windows(model, windows, config.train_settings(), rng)
+    if config.strategy.startswith("perfedavg-"):
+        loss = train_perfedavg(model, windows.x_train, windows.y_train, config.local_epochs, config.batch_size,
+                               config.perfedavg_settings(), rng)
+    else:
+        mu = float(msg.content["config"].get("proximal-mu", 0.0))  # sent by FedProx
+        penalty = proximal_penalty(model, mu) if mu > 0 else None
+        loss = train_windows(model, windows, config.train_settings(), rng, penalty=penalty)
     metrics = MetricRecord({"train-loss": loss, "num-examples": len(windows.y_train)})
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics,
                           "info": _info(partition_id, household)})
@@ -76,6 +83,15 @@ def evaluate(msg: Message, context: Context) -> Message:
     """Held-out MSE/MAE (scaled and in litres/day) of the received model."""
     config, partition_id, household, windows = node_data(context)
     model = _model(config, msg.content["arrays"])
+    if config.strategy.startswith("perfedavg-"):  # Per-FedAvg evaluates after one personal step
+        server_round = int(msg.content["config"].get("server-round", 0))
+        rng = np.random.default_rng([config.seed, server_round, partition_id, 1])
+        personalize(model, windows.x_train, windows.y_train, config.perfedavg_alpha, config.batch_size, rng)
     metrics = {**evaluate_windows(model, windows), "num-examples": len(windows.y_test)}
     content = RecordDict({"metrics": MetricRecord(metrics), "info": _info(partition_id, household)})
+    if msg.content["config"].get("final", False):  # the final evaluation also returns the forecasts
+        content["predictions"] = ArrayRecord({
+            "day": Array(windows.test_days.astype("datetime64[D]").astype(np.int64)),
+            "actual-litres": Array(windows.to_litres(windows.y_test)),
+            "predicted-litres": Array(windows.to_litres(predict(model, windows.x_test)))})
     return Message(content, reply_to=msg)

@@ -18,12 +18,14 @@ from bouquet.algorithms.hk import HKParams
 from bouquet.data.daiad import CleaningRules
 from bouquet.data.synthetic import SyntheticConfig
 from bouquet.data.water import WaterDataConfig
+from bouquet.tasks.perfedavg import PerFedAvgSettings
 from bouquet.tasks.water import TrainSettings
 
 __all__ = ["AppConfig", "ConfigError", "STRATEGIES"]
 
 #: Strategy names accepted by the ``strategy`` key.
-STRATEGIES = ("fedavg", "hk-cosine", "hk-euclidean", "hk-cosine-bounded")
+STRATEGIES = ("fedavg", "fedprox", "hk-cosine", "hk-euclidean", "hk-cosine-bounded", "fixed-k-euclidean",
+              "fixed-k-cosine", "perfedavg-fo", "perfedavg-hf")
 
 
 class ConfigError(ValueError):
@@ -45,7 +47,12 @@ class AppConfig:
     ``max-flow-litres-per-hour``, ``max-spread-hours``, ``min-hours-per-day``.
     HK (``strategy = "hk-<geometry>"``): ``hk-tau``, ``hk-eps-l``, ``hk-eps-r``,
     ``hk-delta``, ``hk-s-max``, ``hk-coalition-tol``, ``hk-opinions``,
-    ``hk-barycenter-weighting`` (see :class:`bouquet.algorithms.hk.HKParams`).
+    ``hk-barycenter-weighting`` (see :class:`bouquet.algorithms.hk.HKParams`),
+    ``hk-record-trajectories`` (write each round's opinion trajectories).
+    Fixed-K (``strategy = "fixed-k-<geometry>"``): ``fixed-k`` (K).
+    FedProx (``strategy = "fedprox"``): ``proximal-mu``.
+    Per-FedAvg (``strategy = "perfedavg-fo" | "perfedavg-hf"``): ``perfedavg-alpha``,
+    ``perfedavg-beta``, ``perfedavg-delta``.
     """
 
     num_server_rounds: int = 20
@@ -82,6 +89,12 @@ class AppConfig:
     hk_coalition_tol: float = 1e-6
     hk_opinions: str = "auto"
     hk_barycenter_weighting: str = "uniform"
+    hk_record_trajectories: bool = False
+    fixed_k: int = 2
+    proximal_mu: float = 0.01
+    perfedavg_alpha: float = 0.01
+    perfedavg_beta: float = 0.001
+    perfedavg_delta: float = 0.001
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -99,8 +112,14 @@ class AppConfig:
             self.train_settings()
             if self.strategy.startswith("hk-"):
                 self.hk_params()
+            if self.strategy.startswith("perfedavg-"):
+                self.perfedavg_settings()
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+        if self.fixed_k < 1:
+            raise ConfigError(f"fixed-k must be >= 1, got {self.fixed_k}")
+        if self.proximal_mu < 0:
+            raise ConfigError(f"proximal-mu must be >= 0, got {self.proximal_mu}")
         if self.hidden_size < 1 or self.num_layers < 1:
             raise ConfigError(f"hidden-size and num-layers must be >= 1, got {self.hidden_size}, {self.num_layers}")
 
@@ -152,6 +171,11 @@ class AppConfig:
                         eps_r=self.hk_eps_r, delta=self.hk_delta, s_max=self.hk_s_max,
                         coalition_tol=self.hk_coalition_tol, opinions=self.hk_opinions,
                         barycenter_weighting=self.hk_barycenter_weighting)
+
+    def perfedavg_settings(self) -> PerFedAvgSettings:
+        """Per-FedAvg settings; the variant is the part of ``strategy`` after ``perfedavg-``."""
+        return PerFedAvgSettings(self.strategy.removeprefix("perfedavg-"), self.perfedavg_alpha,
+                                 self.perfedavg_beta, self.perfedavg_delta)
 
     def train_settings(self) -> TrainSettings:
         return TrainSettings(self.local_epochs, self.learning_rate, self.batch_size)

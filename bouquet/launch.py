@@ -33,6 +33,8 @@ def offline_env(flwr_home: Path | None = None) -> dict[str, str]:
     """Environment for Flower commands: no telemetry, no per-run dependency install."""
     env = dict(os.environ)
     env.update(FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
+    # Flower starts helper processes (flower-superexec, ...) by name: put this interpreter's bin first
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     if flwr_home is not None:
         env["FLWR_HOME"] = str(flwr_home)
     return env
@@ -107,7 +109,9 @@ def local_superlink(workdir: Path, simulation: bool = True, extra_args: list[str
         deadline = time.monotonic() + startup_seconds
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"flower-superlink exited with {process.returncode}; see {workdir / 'superlink.log'}")
+                log.flush()
+                tail = (workdir / "superlink.log").read_text()[-2000:]
+                raise RuntimeError(f"flower-superlink exited with {process.returncode}:\n{tail}")
             with socket.socket() as sock:
                 if sock.connect_ex(("127.0.0.1", port)) == 0:
                     break
@@ -120,6 +124,27 @@ def local_superlink(workdir: Path, simulation: bool = True, extra_args: list[str
         log.close()
 
 
+def parse_overrides(text: str) -> dict:
+    """Flower's ``--run-config`` string (``k1=v1 k2="s"``, TOML values) as a dict."""
+    import re
+    import tomllib
+
+    pairs = re.findall(r"""([A-Za-z0-9_-]+)\s*=\s*("[^"]*"|'[^']*'|\S+)""", text)
+    return tomllib.loads("\n".join(f"{key} = {value}" for key, value in pairs))
+
+
+def pool_size(app_dir: Path, run_config: str) -> int:
+    """Households in the federated pool for the app's run config plus ``run_config`` overrides."""
+    import tomllib
+
+    from bouquet.config import AppConfig
+    from bouquet.data.water import load_pool
+
+    defaults = tomllib.loads((app_dir / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    config = AppConfig.from_run_config({**defaults, **parse_overrides(run_config)})
+    return len(load_pool(config.water_data()))
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m bouquet.launch``: run the app in simulation on a private SuperLink, then stop it."""
     import argparse
@@ -127,11 +152,15 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m bouquet.launch", description=main.__doc__)
     parser.add_argument("app", nargs="?", default=".", help="Flower app folder (holds pyproject.toml)")
-    parser.add_argument("--supernodes", type=int, default=184, help="simulated SuperNodes (households)")
+    parser.add_argument("--supernodes", type=int, default=None,
+                        help="simulated SuperNodes (households); default: the size of the federated pool")
     parser.add_argument("--cpus-per-client", type=float, default=1.0)
     parser.add_argument("--run-config", default="", help="overrides, e.g. 'num-server-rounds=5 seed=1'")
     args = parser.parse_args(argv)
-    federation = f"num-supernodes={args.supernodes} client-resources-num-cpus={args.cpus_per_client}"
+    if args.supernodes is None:
+        args.supernodes = pool_size(Path(args.app), args.run_config)
+        print(f"bouquet: {args.supernodes} SuperNodes, one per household of the pool", flush=True)
+    federation = f"num-supernodes={args.supernodes} client-resources-num-cpus={args.cpus_per_client:g}"
     with tempfile.TemporaryDirectory(prefix="bouquet-link-") as workdir:
         with local_superlink(Path(workdir)) as link:
             print(f"bouquet: private SuperLink on 127.0.0.1:{link.port} (pid {link.process.pid})", flush=True)

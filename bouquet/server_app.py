@@ -4,7 +4,9 @@ Each run writes ``<results-dir>/<run-name>/`` (see :mod:`bouquet.results`):
 ``config.json``, ``rounds.jsonl``, ``train_clients.csv``,
 ``evaluate_clients.csv``, ``pool.csv`` (when the data is readable from the
 server, as in simulation), ``clients.csv`` (final per-client metrics of the
-final model on every node) and ``summary.json``.
+final model on every node), ``predictions.csv`` (their test-day forecasts),
+``coalitions.csv`` and ``trajectories/`` (coalition strategies) and
+``summary.json``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,11 +22,14 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
+from bouquet.algorithms.hk import opinion_trajectory_2d
 from bouquet.config import AppConfig
 from bouquet.flower_logging import route_to_flower
 from bouquet.data.water import load_pool
 from bouquet.results import RunRecorder
 from bouquet.strategies.base import Recorder, SeededFedAvg
+from bouquet.strategies.fedprox import SeededFedProx
+from bouquet.strategies.fixed_k import FixedKFedAvg
 from bouquet.strategies.hk import HKFedAvg
 from bouquet.tasks.water import LSTMForecaster
 
@@ -40,16 +46,27 @@ def build_strategy(config: AppConfig, recorder: Recorder | None = None) -> Seede
                                   node_wait_seconds=config.node_wait_seconds, recorder=recorder,
                                   fraction_evaluate=config.fraction_evaluate, min_evaluate_nodes=1,
                                   min_available_nodes=1)
-    if config.strategy == "fedavg":
+    if config.strategy == "fedavg" or config.strategy.startswith("perfedavg-"):  # Per-FedAvg: client-side
         return SeededFedAvg(**common)
+    if config.strategy == "fedprox":
+        return SeededFedProx(proximal_mu=config.proximal_mu, **common)
     if config.strategy.startswith("hk-"):
         params = config.hk_params()
-        return HKFedAvg(**dataclasses.asdict(params), **common)
+        return HKFedAvg(**dataclasses.asdict(params), record_trajectories=config.hk_record_trajectories, **common)
+    if config.strategy.startswith("fixed-k-"):
+        return FixedKFedAvg(k=config.fixed_k, geometry=config.strategy.removeprefix("fixed-k-"),
+                            barycenter_weighting=config.hk_barycenter_weighting, **common)
     raise AssertionError(f"strategy {config.strategy!r} passed validation but has no builder")
 
 
-def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float) -> list[dict[str, Any]]:
-    """Evaluate ``arrays`` on every connected node; one row per replying node."""
+def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float,
+                        recorder: RunRecorder | None = None) -> list[dict[str, Any]]:
+    """Evaluate ``arrays`` on every connected node; one row per replying node.
+
+    Nodes that return forecasts (``predictions`` ArrayRecord) have them
+    appended to ``predictions.csv`` (partition id, household, day, actual and
+    predicted litres).
+    """
     nodes = sorted(grid.get_node_ids())
     record = RecordDict({"arrays": arrays, "config": ConfigRecord({"final": True})})
     messages = [Message(content=record, message_type="evaluate", dst_node_id=n) for n in nodes]
@@ -62,7 +79,23 @@ def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float) -> list
         row.update(dict(reply.content.config_records["info"]))
         row.update(dict(reply.content.metric_records["metrics"]))
         rows.append(row)
+        if recorder is not None and "predictions" in reply.content.array_records:
+            forecast = {k: v.numpy() for k, v in reply.content.array_records["predictions"].items()}
+            days = forecast["day"].astype("datetime64[D]").astype(str)
+            recorder.append_rows("predictions", [
+                {"partition-id": row["partition-id"], "household": row["household"], "day": day,
+                 "actual-litres": float(a), "predicted-litres": float(p)}
+                for day, a, p in zip(days, forecast["actual-litres"], forecast["predicted-litres"])])
     return sorted(rows, key=lambda r: r["partition-id"])
+
+
+def write_trajectories(strategy: HKFedAvg, folder: Path) -> None:
+    """One ``round-NNN.npz`` per round: 2-D projected opinions per inner step, labels, node ids."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for server_round, kept in strategy.trajectories.items():
+        projection = opinion_trajectory_2d(kept["history"], kept["gram"], strategy.params)
+        np.savez(folder / f"round-{server_round:03d}.npz", projection=projection, labels=kept["labels"],
+                 node_ids=np.array(kept["node_ids"], dtype=np.uint64))
 
 
 def _write_pool(config: AppConfig, recorder: RunRecorder) -> None:
@@ -90,7 +123,9 @@ def main(grid: Grid, context: Context) -> None:
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
                             num_rounds=config.num_server_rounds)
 
-    rows = evaluate_every_node(grid, result.arrays, timeout=3600)
+    if isinstance(strategy, HKFedAvg) and strategy.record_trajectories:
+        write_trajectories(strategy, recorder.folder / "trajectories")
+    rows = evaluate_every_node(grid, result.arrays, timeout=3600, recorder=recorder)
     recorder.append_rows("clients", rows)
     mae = np.array([r["mae-litres"] for r in rows])
     mse = np.array([r["mse"] for r in rows])

@@ -26,7 +26,7 @@ def test_unknown_key_lists_known_keys():
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("strategy", "fedavgx", "unknown strategy .fedavgx.; choose one of fedavg, hk-cosine"),
+    ("strategy", "fedavgx", "unknown strategy .fedavgx.; choose one of fedavg, fedprox, hk-cosine"),
     ("hk-tau", 3.0, "cosine threshold tau must be in"),
     ("hk-opinions", "half", "opinions must be"),
     ("num-server-rounds", 0, "num-server-rounds must be >= 1"),
@@ -54,3 +54,10 @@ def test_daiad_source_without_path_is_allowed_for_per_node_paths():
     with pytest.raises(ValueError, match="needs a data path"):
         config.water_data()
     assert config.water_data("/node/own.csv").path == "/node/own.csv"
+
+
+@pytest.mark.parametrize("key, value, message", [("fixed-k", 0, "fixed-k must be >= 1"),
+                                                 ("proximal-mu", -1.0, "proximal-mu must be >= 0")])
+def test_baseline_parameters(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        AppConfig.from_run_config({key: value})

@@ -39,6 +39,11 @@ def test_fedavg_water_run_writes_results_and_learns(tmp_path):
     assert clients["mae-litres"].gt(0).all() and clients["num-examples"].gt(0).all()
     pool = pd.read_csv(folder / "pool.csv")
     assert set(clients["household"]) <= set(pool.loc[pool["status"] == "pool", "household"])
+    predictions = pd.read_csv(folder / "predictions.csv")
+    assert sorted(predictions["partition-id"].unique()) == [0, 1, 2, 3]
+    per_client = predictions.assign(err=(predictions["predicted-litres"] - predictions["actual-litres"]).abs())
+    np.testing.assert_allclose(per_client.groupby("partition-id")["err"].mean().to_numpy(),
+                               clients.sort_values("partition-id")["mae-litres"].to_numpy(), rtol=1e-6)
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["clients-evaluated"] == 4
     assert summary["mae-litres-mean"] == pytest.approx(clients["mae-litres"].mean())
@@ -52,7 +57,8 @@ def test_bad_run_config_value_stops_with_a_clear_message(tmp_path):
 
 def test_hk_water_run_writes_coalitions(tmp_path):
     folder, stdout = run_app(tmp_path, 'strategy="hk-euclidean" hk-tau=0.5 num-server-rounds=2 clients-per-round=4 '
-                                       "local-epochs=1 synthetic-households=200 active-factor=0.5", supernodes=5)
+                                       "local-epochs=1 synthetic-households=200 active-factor=0.5 "
+                                       "hk-record-trajectories=true", supernodes=5)
     assert "HK euclidean tau=0.5 -> K=" in stdout
     coalitions = pd.read_csv(folder / "coalitions.csv")
     assert sorted(coalitions["round"].unique()) == [1, 2]
@@ -65,6 +71,10 @@ def test_hk_water_run_writes_coalitions(tmp_path):
         assert sorted(record["coalition-sizes"], reverse=True) == sorted(
             members.groupby("coalition").size().tolist(), reverse=True)
     assert json.loads((folder / "summary.json").read_text())["strategy"] == "hk-euclidean"
+    with np.load(folder / "trajectories" / "round-002.npz") as stored:
+        projection, labels = stored["projection"], stored["labels"]
+    assert projection.shape[1:] == (4, 2) and projection.shape[0] == train[1]["hk-steps"] + 1
+    assert len(set(labels.tolist())) == train[1]["coalitions"]
 
 
 def test_hk_strategy_drops_into_a_foreign_flower_app(tmp_path):
@@ -77,3 +87,14 @@ def test_hk_strategy_drops_into_a_foreign_flower_app(tmp_path):
     final = output.split("FOREIGN-APP-FINAL", 1)[1].split("]", 1)[0].strip(" [")
     weights = [float(v) for v in final.split(",")]
     assert len(weights) == 3 and all(np.isfinite(weights))
+
+
+@pytest.mark.parametrize("strategy", ["fedprox", "perfedavg-hf", "fixed-k-cosine"])
+def test_baseline_strategies_run_end_to_end(tmp_path, strategy):
+    folder, stdout = run_app(tmp_path, f'strategy="{strategy}" num-server-rounds=2 clients-per-round=3 '
+                                       "local-epochs=1 synthetic-households=150 active-factor=0.5", supernodes=3)
+    assert f"bouquet summary: {strategy}, 2 rounds, 3 clients" in stdout
+    rounds = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+    assert [r["replies"] for r in rounds if r["phase"] == "train"] == [3, 3]
+    if strategy.startswith("fixed-k"):
+        assert all(r["coalitions"] == 2 for r in rounds if r["phase"] == "train")

@@ -71,8 +71,10 @@ def test_gram_embedding_is_isometric():
 
 def test_gram_matrix_blocks_equal_dense():
     w = np.random.default_rng(1).normal(size=(5, 1000)).astype(np.float32)
-    np.testing.assert_allclose(gram_matrix(w, block_columns=77), w.astype(np.float64) @ w.T.astype(np.float64),
-                               rtol=1e-10)
+    exact = w.astype(np.float64) @ w.T.astype(np.float64)
+    np.testing.assert_allclose(gram_matrix(w, block_columns=77), exact, rtol=0, atol=1e-6 * np.abs(exact).max())
+    w64 = w.astype(np.float64)
+    np.testing.assert_allclose(gram_matrix(w64, block_columns=77), w64 @ w64.T, rtol=1e-12)
 
 
 # ------------------------------------------------------------------ bad input
@@ -217,7 +219,7 @@ def test_trajectory_projection_matches_explicit_pca():
     w, _ = clustered(3, 12, 20, 3)
     for params in (HKParams("cosine", tau=0.75), HKParams("euclidean", tau=0.5)):
         result = hk_coalitions(w, params, record=True)
-        traj = opinion_trajectory_2d(result, gram_matrix(w), params)
+        traj = opinion_trajectory_2d(result.history, gram_matrix(w), params)
         assert traj.shape == (result.steps + 1, 12, 2)
         start = w / np.linalg.norm(w, axis=1, keepdims=True) if params.normalizes_opinions else w
         _, _, vt = np.linalg.svd(start - start.mean(axis=0), full_matrices=False)

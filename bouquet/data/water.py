@@ -127,14 +127,29 @@ class WaterDataConfig:
             raise ValueError(f"min_windows must be >= 2 (one train and one test window), got {self.min_windows}")
 
     def cache_key(self) -> str:
-        """Stable hash of every field (and of the data file's size and mtime)."""
+        """Stable hash of every field, of the pipeline's source code, and of the data file's size and mtime.
+
+        Hashing the source of the data modules means a cached pool is never
+        served after the generator or the cleaning rules changed.
+        """
         payload = asdict(self)
+        payload["code"] = _pipeline_source_hash()
         if self.source == "daiad":
             stat = Path(self.path).stat()
             payload["file"] = [str(Path(self.path).resolve()), stat.st_size, stat.st_mtime_ns]
         else:
             payload["path"] = ""
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _pipeline_source_hash() -> str:
+    import bouquet.data.daiad as daiad
+    import bouquet.data.synthetic as synthetic
+
+    digest = hashlib.sha256()
+    for module_file in (daiad.__file__, synthetic.__file__, __file__):
+        digest.update(Path(module_file).read_bytes())
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

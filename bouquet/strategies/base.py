@@ -83,6 +83,19 @@ def screen_replies(replies: Iterable[Message], reference: ArrayRecord | None,
     return usable, rejected
 
 
+class _NodeSubset:
+    """A view of a Grid whose ``get_node_ids`` shows only the sampled nodes."""
+
+    def __init__(self, grid: Grid, node_ids: list[int]) -> None:
+        self._grid, self._node_ids = grid, list(node_ids)
+
+    def get_node_ids(self) -> list[int]:
+        return list(self._node_ids)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+
 class SeededFedAvg(FedAvg):
     """FedAvg with seeded fixed-size sampling, reply screening and an aggregation hook.
 
@@ -109,6 +122,10 @@ class SeededFedAvg(FedAvg):
         if clients_per_round is not None and clients_per_round < 1:
             raise ValueError(f"clients_per_round must be >= 1 or None, got {clients_per_round}")
         self.clients_per_round = clients_per_round
+        if clients_per_round is not None:  # Flower's sampler must then take every node it is shown
+            self.fraction_train = 1.0
+            self.min_train_nodes = min(self.min_train_nodes, clients_per_round)
+            self.min_available_nodes = min(self.min_available_nodes, clients_per_round)
         self.seed = seed
         self.node_wait_seconds = node_wait_seconds
         self.recorder = recorder
@@ -135,9 +152,10 @@ class SeededFedAvg(FedAvg):
             return super().configure_train(server_round, arrays, config, grid)
         node_ids = self.sample_nodes(grid, server_round, self.clients_per_round)
         log.info("configure_train: sampled %d nodes (seed %d, round %d)", len(node_ids), self.seed, server_round)
-        round_config = ConfigRecord({**dict(config), "server-round": server_round})
-        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: round_config})
-        return self._construct_messages(record, node_ids, "train")
+        # Flower's own configure_train (and that of any FedAvg subclass mixed in after this class, e.g.
+        # FedProx adding "proximal-mu") builds the messages; it sees only the sampled nodes and takes them all.
+        return super().configure_train(server_round, arrays, ConfigRecord(dict(config)),
+                                       _NodeSubset(grid, node_ids))
 
     # -------------------------------------------------------------- aggregation
     def aggregate_arrays(self, server_round: int, replies: list[RecordDict],

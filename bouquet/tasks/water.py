@@ -17,7 +17,7 @@ from torch import nn
 
 from bouquet.data.water import ClientWindows
 
-__all__ = ["LSTMForecaster", "TrainSettings", "evaluate_windows", "predict", "train_windows"]
+__all__ = ["LSTMForecaster", "TrainSettings", "evaluate_windows", "predict", "proximal_penalty", "train_windows"]
 
 
 class LSTMForecaster(nn.Module):
@@ -88,6 +88,22 @@ def train_windows(model: nn.Module, windows: ClientWindows, settings: TrainSetti
             total += loss.item() * len(batch)
         last = total / len(y)
     return last
+
+
+def proximal_penalty(model: nn.Module, mu: float) -> Penalty:
+    """FedProx's term ``(mu / 2) * ||w - w_global||^2`` with ``w_global`` = the model's weights now.
+
+    Call it right after loading the global model, before local training; its
+    gradient is ``mu * (w - w_global)``.
+    """
+    if mu < 0:
+        raise ValueError(f"proximal mu must be >= 0, got {mu}")
+    anchors = [p.detach().clone() for p in model.parameters()]
+
+    def penalty(current: nn.Module) -> torch.Tensor:
+        return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(current.parameters(), anchors))
+
+    return penalty
 
 
 @torch.no_grad()

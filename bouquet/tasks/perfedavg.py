@@ -1,0 +1,122 @@
+"""Per-FedAvg client steps (Fallah, Mokhtari, Ozdaglar 2020), first-order and Hessian-free.
+
+Per-FedAvg trains the global model ``w`` so that one local gradient step
+personalises it well.  One local iteration on batches ``D, D', D''``::
+
+    w_tmp = w - alpha * grad f(w; D)
+    FO:  w <- w - beta * grad f(w_tmp; D')
+    HF:  w <- w - beta * (I - alpha * H(w; D'')) grad f(w_tmp; D')
+
+with the Hessian-vector product ``H v`` approximated by the central finite
+difference ``(grad f(w + delta v) - grad f(w - delta v)) / (2 delta)`` (the
+paper's Hessian-free variant).  Evaluation personalises the received model
+with one step ``w - alpha * grad f(w; D_train)`` before testing
+(:func:`personalize`).  Steps are plain gradient steps as in the paper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["PerFedAvgSettings", "perfedavg_step", "personalize", "train_perfedavg"]
+
+Loss = Callable[[nn.Module, tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PerFedAvgSettings:
+    """Per-FedAvg hyper-parameters.
+
+    Parameters
+    ----------
+    variant : {"fo", "hf"}, default "fo"
+        First-order or Hessian-free.
+    alpha : float, default 0.01
+        Inner (personalisation) step size.
+    beta : float, default 0.001
+        Outer (meta) step size.
+    delta : float, default 0.001
+        Finite-difference step of the HF Hessian-vector product.
+    """
+
+    variant: str = "fo"
+    alpha: float = 0.01
+    beta: float = 0.001
+    delta: float = 0.001
+
+    def __post_init__(self) -> None:
+        if self.variant not in ("fo", "hf"):
+            raise ValueError(f"Per-FedAvg variant must be 'fo' or 'hf', got {self.variant!r}")
+        if not (self.alpha > 0 and self.beta > 0 and self.delta > 0):
+            raise ValueError(f"alpha, beta and delta must be > 0, got {self}")
+
+
+def _grads(model: nn.Module, loss_fn: Loss, batch: Batch) -> list[torch.Tensor]:
+    model.zero_grad()
+    loss_fn(model, batch).backward()
+    return [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+
+
+def _set(model: nn.Module, values: list[torch.Tensor]) -> None:
+    with torch.no_grad():
+        for p, v in zip(model.parameters(), values):
+            p.copy_(v)
+
+
+def perfedavg_step(model: nn.Module, loss_fn: Loss, batches: tuple[Batch, Batch, Batch],
+                   settings: PerFedAvgSettings) -> None:
+    """One Per-FedAvg local iteration on ``(D, D', D'')``, in place."""
+    first, second, third = batches
+    w = [p.detach().clone() for p in model.parameters()]
+    g = _grads(model, loss_fn, first)
+    _set(model, [wi - settings.alpha * gi for wi, gi in zip(w, g)])  # w_tmp
+    meta = _grads(model, loss_fn, second)  # grad f(w_tmp; D')
+    if settings.variant == "hf":
+        _set(model, [wi + settings.delta * mi for wi, mi in zip(w, meta)])
+        plus = _grads(model, loss_fn, third)
+        _set(model, [wi - settings.delta * mi for wi, mi in zip(w, meta)])
+        minus = _grads(model, loss_fn, third)
+        hvp = [(a - b) / (2 * settings.delta) for a, b in zip(plus, minus)]
+        meta = [mi - settings.alpha * hi for mi, hi in zip(meta, hvp)]
+    _set(model, [wi - settings.beta * mi for wi, mi in zip(w, meta)])
+
+
+def _batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, rng: np.random.Generator) -> Iterator[Batch]:
+    while True:
+        order = torch.from_numpy(rng.permutation(len(y)))
+        for start in range(0, len(y), batch_size):
+            index = order[start : start + batch_size]
+            yield x[index], y[index]
+
+
+def mse_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Mean squared error of ``model`` on ``(x, y)``."""
+    return nn.functional.mse_loss(model(batch[0]), batch[1])
+
+
+def train_perfedavg(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int, batch_size: int,
+                    settings: PerFedAvgSettings, rng: np.random.Generator, loss_fn: Loss = mse_loss) -> float:
+    """``epochs`` passes of Per-FedAvg iterations (each consumes three batches); returns the last MSE seen."""
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    stream = _batches(xt, yt, batch_size, rng)
+    steps = max(1, epochs * int(np.ceil(len(y) / batch_size)) // 3)
+    model.train()
+    for _ in range(steps):
+        perfedavg_step(model, loss_fn, (next(stream), next(stream), next(stream)), settings)
+    with torch.no_grad():
+        return float(loss_fn(model, (xt, yt)))
+
+
+def personalize(model: nn.Module, x: np.ndarray, y: np.ndarray, alpha: float, batch_size: int,
+                rng: np.random.Generator, loss_fn: Loss = mse_loss) -> None:
+    """One gradient step of size ``alpha`` on a training batch (Per-FedAvg's evaluation protocol), in place."""
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    batch = next(_batches(xt, yt, batch_size, rng))
+    g = _grads(model, loss_fn, batch)
+    _set(model, [p.detach() - alpha * gi for p, gi in zip(model.parameters(), g)])

@@ -1,0 +1,198 @@
+"""Figures and tables of the HK paper's Section 6 from our runs (PNG + the CSV behind each).
+
+    python scripts/hk_figures.py results/hk/daiad-quick [--out docs/figures/hk-daiad-quick]
+
+Reads the run folders written by ``scripts/run_hk_experiments.py``
+(``<arm>/seed-<k>/``) and writes:
+
+* ``mse_per_round``: mean held-out MSE (scaled) per round, per arm (Fig. 4);
+* ``accuracy_per_round``: accuracy = 100 x (1 - WAPE) per round, per arm (Fig. 5);
+  WAPE = sum |forecast - actual| / sum actual over the evaluated clients' test
+  days, in litres (the paper does not define accuracy for a forecaster);
+* ``final_mae``: final MAE in litres/day, mean +- std across clients (averaged
+  over seeds) and mean +- std across seeds, per arm (Fig. 6 / Table 4), also
+  as ``final_mae.md``;
+* ``forecasts``: 60 test days of actual vs predicted daily litres for three
+  households, every arm overlaid, seed 0 (Fig. 7);
+* ``coalitions_per_round``: K^t per round for each coalition arm;
+* ``trajectories``: HK opinion trajectories over inner steps for each HK arm
+  (first principal axis of the round's models vs inner step, coloured by final
+  coalition; singletons in black), round 1 of seed 0 (Fig. 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def load_runs(base: Path) -> dict[str, list[Path]]:
+    runs: dict[str, list[Path]] = {}
+    for summary in sorted(base.glob("*/seed-*/summary.json")):
+        runs.setdefault(summary.parent.parent.name, []).append(summary.parent)
+    if not runs:
+        raise SystemExit(f"no finished runs (*/seed-*/summary.json) under {base}")
+    return runs
+
+
+def rounds_frame(runs: dict[str, list[Path]]) -> pd.DataFrame:
+    rows = []
+    for arm, folders in runs.items():
+        for folder in folders:
+            for line in (folder / "rounds.jsonl").read_text().splitlines():
+                record = json.loads(line)
+                rows.append({"arm": arm, "seed": folder.name, **{k: v for k, v in record.items()
+                                                                 if not isinstance(v, list)}})
+    return pd.DataFrame(rows)
+
+
+def per_round(rounds: pd.DataFrame, column: str, phase: str) -> pd.DataFrame:
+    subset = rounds[(rounds["phase"] == phase) & rounds[column].notna()] if column in rounds else rounds.iloc[:0]
+    return subset.groupby(["arm", "round"])[column].agg(["mean", "std"]).reset_index()
+
+
+def line_plot(table: pd.DataFrame, ylabel: str, title: str, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for arm, group in table.groupby("arm"):
+        ax.plot(group["round"], group["mean"], marker="o", markersize=3, label=arm,
+                linestyle="-" if arm.startswith("hk-") else "--")
+    ax.set_xlabel("communication round")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def final_mae(runs: dict[str, list[Path]]) -> pd.DataFrame:
+    rows = []
+    for arm, folders in runs.items():
+        client_means, client_stds = [], []
+        for folder in folders:
+            clients = pd.read_csv(folder / "clients.csv")
+            client_means.append(clients["mae-litres"].mean())
+            client_stds.append(clients["mae-litres"].std(ddof=0))
+        rows.append({"arm": arm, "seeds": len(folders),
+                     "mae_mean": float(np.mean(client_means)),
+                     "mae_std_across_clients": float(np.mean(client_stds)),
+                     "mae_std_across_seeds": float(np.std(client_means, ddof=1)) if len(folders) > 1 else float("nan")})
+    return pd.DataFrame(rows).sort_values("mae_mean").reset_index(drop=True)
+
+
+def forecasts(runs: dict[str, list[Path]], out: Path, days: int = 60) -> None:
+    frames = []
+    for arm, folders in runs.items():
+        seed0 = [f for f in folders if f.name == "seed-0"] or folders[:1]
+        predictions = pd.read_csv(seed0[0] / "predictions.csv")
+        frames.append(predictions.assign(arm=arm))
+    table = pd.concat(frames)
+    households = sorted(table["household"].unique())[:3]
+    table = table[table["household"].isin(households)]
+    table = table.sort_values(["household", "arm", "day"]).groupby(["household", "arm"]).head(days)
+    table.to_csv(out / "forecasts.csv", index=False)
+    fig, axes = plt.subplots(len(households), 1, figsize=(10, 3 * len(households)), squeeze=False)
+    for ax, household in zip(axes[:, 0], households):
+        mine = table[table["household"] == household]
+        actual = mine.drop_duplicates("day")
+        ax.plot(range(len(actual)), actual["actual-litres"], color="black", linewidth=2, label="actual")
+        for arm, group in mine.groupby("arm"):
+            ax.plot(range(len(group)), group["predicted-litres"], linewidth=1, label=arm,
+                    linestyle="-" if arm.startswith("hk-") else "--")
+        ax.set_title(f"household {household[:8]}")
+        ax.set_ylabel("litres/day")
+    axes[-1, 0].set_xlabel("test day")
+    axes[0, 0].legend(fontsize=6, ncol=3)
+    fig.tight_layout()
+    fig.savefig(out / "forecasts.png", dpi=120)
+    plt.close(fig)
+
+
+def trajectories(runs: dict[str, list[Path]], out: Path) -> None:
+    arms = sorted(a for a in runs if a.startswith("hk-"))
+    rows = []
+    if not arms:
+        return
+    fig, axes = plt.subplots(2, (len(arms) + 1) // 2, figsize=(4 * ((len(arms) + 1) // 2), 7), squeeze=False)
+    for ax, arm in zip(axes.T.ravel(), arms):
+        folder = sorted(runs[arm])[0]
+        files = sorted((folder / "trajectories").glob("round-*.npz"))
+        if not files:
+            ax.set_title(f"{arm}: no trajectories")
+            continue
+        with np.load(files[0]) as stored:
+            projection, labels = stored["projection"], stored["labels"]
+        sizes = np.bincount(labels)
+        colours = plt.cm.tab10(labels % 10)
+        for client in range(projection.shape[1]):
+            single = sizes[labels[client]] == 1
+            ax.plot(range(projection.shape[0]), projection[:, client, 0], color="black" if single else colours[client],
+                    linewidth=1.5 if single else 0.8)
+            for step in range(projection.shape[0]):
+                rows.append({"arm": arm, "round_file": files[0].name, "step": step, "client": client,
+                             "coalition": int(labels[client]), "pc1": projection[step, client, 0],
+                             "pc2": projection[step, client, 1]})
+        ax.set_title(f"{arm}: K={len(sizes)}, {int((sizes == 1).sum())} singletons", fontsize=9)
+        ax.set_xlabel("inner step s")
+        ax.set_ylabel("opinion, 1st principal axis")
+    fig.tight_layout()
+    fig.savefig(out / "trajectories.png", dpi=120)
+    plt.close(fig)
+    pd.DataFrame(rows).to_csv(out / "trajectories.csv", index=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", help="folder with <arm>/seed-<k>/ run folders")
+    parser.add_argument("--out", default=None, help="default: <runs>/figures")
+    args = parser.parse_args(argv)
+    base = Path(args.runs)
+    out = Path(args.out) if args.out else base / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    runs = load_runs(base)
+    rounds = rounds_frame(runs)
+
+    mse = per_round(rounds, "mse", "evaluate")
+    mse.to_csv(out / "mse_per_round.csv", index=False)
+    line_plot(mse, "held-out MSE (scaled)", "Mean held-out MSE per round (Fig. 4)", out / "mse_per_round.png")
+    accuracy = per_round(rounds.assign(accuracy=100 * (1 - rounds.get("wape", np.nan))), "accuracy", "evaluate")
+    accuracy.to_csv(out / "accuracy_per_round.csv", index=False)
+    line_plot(accuracy, "accuracy = 100 (1 - WAPE) %", "Accuracy per round (Fig. 5)", out / "accuracy_per_round.png")
+
+    table = final_mae(runs)
+    table.to_csv(out / "final_mae.csv", index=False)
+    lines = ["| method | seeds | final MAE (L/day), mean +- std across clients | std across seeds |",
+             "|---|--:|--:|--:|"]
+    lines += [f"| {r.arm} | {r.seeds} | {r.mae_mean:.2f} +- {r.mae_std_across_clients:.2f} | "
+              f"{r.mae_std_across_seeds:.2f} |" for r in table.itertuples()]
+    (out / "final_mae.md").write_text("\n".join(lines) + "\n")
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar(table["arm"], table["mae_mean"], yerr=table["mae_std_across_clients"], capsize=3,
+           color=["tab:blue" if a.startswith("hk-") else "tab:gray" for a in table["arm"]])
+    ax.set_ylabel("final MAE (litres/day)")
+    ax.set_title("Final MAE, mean +- std across clients (Fig. 6)")
+    ax.tick_params(axis="x", rotation=60, labelsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "final_mae.png", dpi=120)
+    plt.close(fig)
+
+    coalitions = per_round(rounds, "coalitions", "train")
+    coalitions.to_csv(out / "coalitions_per_round.csv", index=False)
+    line_plot(coalitions, "coalitions K^t", "Number of coalitions per round", out / "coalitions_per_round.png")
+    forecasts(runs, out)
+    trajectories(runs, out)
+    print("\n".join(lines))
+    print(f"figures and CSVs in {out}")
+
+
+if __name__ == "__main__":
+    main()
