@@ -48,7 +48,8 @@ class AppConfig:
     HK (``strategy = "hk-<geometry>"``): ``hk-tau``, ``hk-eps-l``, ``hk-eps-r``,
     ``hk-delta``, ``hk-s-max``, ``hk-coalition-tol``, ``hk-opinions``,
     ``hk-barycenter-weighting`` (see :class:`bouquet.algorithms.hk.HKParams`),
-    ``hk-record-trajectories`` (write each round's opinion trajectories).
+    ``hk-record-trajectories`` (write each round's opinion trajectories),
+    ``hk-opinion-space`` (``weights`` as the paper, or ``updates``).
     Fixed-K (``strategy = "fixed-k-<geometry>"``): ``fixed-k`` (K).
     FedProx (``strategy = "fedprox"``): ``proximal-mu``.
     Per-FedAvg (``strategy = "perfedavg-fo" | "perfedavg-hf"``): ``perfedavg-alpha``,
@@ -90,6 +91,7 @@ class AppConfig:
     hk_opinions: str = "auto"
     hk_barycenter_weighting: str = "uniform"
     hk_record_trajectories: bool = False
+    hk_opinion_space: str = "weights"
     fixed_k: int = 2
     proximal_mu: float = 0.01
     perfedavg_alpha: float = 0.01
@@ -116,6 +118,8 @@ class AppConfig:
                 self.perfedavg_settings()
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+        if self.hk_opinion_space not in ("weights", "updates"):
+            raise ConfigError(f"hk-opinion-space must be 'weights' or 'updates', got {self.hk_opinion_space!r}")
         if self.fixed_k < 1:
             raise ConfigError(f"fixed-k must be >= 1, got {self.fixed_k}")
         if self.proximal_mu < 0:

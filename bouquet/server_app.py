@@ -52,7 +52,8 @@ def build_strategy(config: AppConfig, recorder: Recorder | None = None) -> Seede
         return SeededFedProx(proximal_mu=config.proximal_mu, **common)
     if config.strategy.startswith("hk-"):
         params = config.hk_params()
-        return HKFedAvg(**dataclasses.asdict(params), record_trajectories=config.hk_record_trajectories, **common)
+        return HKFedAvg(**dataclasses.asdict(params), record_trajectories=config.hk_record_trajectories,
+                        opinion_space=config.hk_opinion_space, **common)
     if config.strategy.startswith("fixed-k-"):
         return FixedKFedAvg(k=config.fixed_k, geometry=config.strategy.removeprefix("fixed-k-"),
                             barycenter_weighting=config.hk_barycenter_weighting, **common)

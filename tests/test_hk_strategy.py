@@ -97,3 +97,22 @@ def test_flat_layout_roundtrip():
         np.testing.assert_array_equal(back[name].numpy(), record[name].numpy())
     with pytest.raises(ValueError, match="layout needs"):
         layout.unflatten(np.zeros(4), record)
+
+
+def test_updates_opinion_space_groups_by_direction_of_change():
+    # all weights nearly collinear (cos ~ 1: one coalition on weights); updates point two ways
+    sent = model([10.0], [10.0])
+    rows = [[11.0, 10.0], [11.1, 10.0], [10.0, 11.0], [10.0, 11.1], [10.0, 10.0]]  # last: no update at all
+    replies = [reply(i + 1, model([r[0]], [r[1]])) for i, r in enumerate(rows)]
+    on_weights = HKFedAvg(geometry="cosine", tau=0.9)
+    on_weights._sent_arrays = sent
+    _, logged = on_weights.aggregate_arrays(1, [r.content for r in replies], [1, 2, 3, 4, 5])
+    assert logged["coalitions"] == 1
+    on_updates = HKFedAvg(geometry="cosine", tau=0.9, opinion_space="updates")
+    on_updates._sent_arrays = sent
+    result, logged = on_updates.aggregate_arrays(1, [r.content for r in replies], [1, 2, 3, 4, 5])
+    assert logged["coalitions"] == 3 and logged["coalition-sizes"] == [2, 2, 1]
+    # barycenters (11.05, 10), (10, 11.05), (10, 10) of the weights, averaged
+    np.testing.assert_allclose(result["w"].numpy(), [(11.05 + 10 + 10) / 3], rtol=1e-6)
+    with pytest.raises(ValueError, match="opinion_space"):
+        HKFedAvg(opinion_space="gradients")
