@@ -51,6 +51,30 @@ def best_of(repeat: int, fn):
     return min(times), out
 
 
+def measure(clients: int, dim: int, params: HKParams, repeat: int, flower: bool) -> dict[str, float]:
+    """Time direct HK, Gram-space HK and the FedAvg mean on one (S, d); check both HK agree."""
+    weights = client_matrix(clients, dim)
+    samples = np.random.default_rng(1).integers(50, 500, size=clients).astype(np.float32)
+    mean_coefficients = samples / samples.sum()
+
+    def direct():
+        result = hk_dynamics(weights, params)
+        return coalition_weights(result.labels).astype(weights.dtype) @ weights, result
+
+    t_direct, (agg_direct, res_direct) = best_of(repeat, direct)
+    t_gram, (agg_gram, res_gram) = best_of(repeat, lambda: hk_aggregate(weights, params))
+    t_mean, _ = best_of(repeat, lambda: mean_coefficients @ weights)
+    if not np.array_equal(res_direct.labels, res_gram.labels):
+        raise AssertionError(f"S={clients} d={dim}: coalitions differ between direct and Gram-space HK")
+    np.testing.assert_allclose(agg_gram, agg_direct, rtol=1e-5, atol=1e-5 * float(np.abs(agg_direct).max()))
+    row = {"S": clients, "d": dim, "K": res_gram.num_coalitions, "steps": res_gram.steps,
+           "direct_s": t_direct, "gram_s": t_gram, "fedavg_s": t_mean,
+           "direct/gram": t_direct / t_gram, "gram/fedavg": t_gram / t_mean}
+    if flower:
+        row.update(flower_adapters(weights, samples, params, repeat))
+    return row
+
+
 def flower_adapters(weights: np.ndarray, samples: np.ndarray, params: HKParams, repeat: int) -> dict[str, float]:
     """End-to-end strategy aggregation from ArrayRecords: Flower's FedAvg vs HKFedAvg (same replies)."""
     from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
@@ -80,33 +104,14 @@ def main() -> None:
     rows = []
     for spec in args.sizes.split(","):
         clients, dim = (int(v) for v in spec.lower().split("x"))
-        weights = client_matrix(clients, dim)
-        samples = np.random.default_rng(1).integers(50, 500, size=clients).astype(np.float32)
-        mean_coefficients = samples / samples.sum()
-
-        def direct():
-            result = hk_dynamics(weights, params)
-            return coalition_weights(result.labels).astype(weights.dtype) @ weights, result
-
-        t_direct, (agg_direct, res_direct) = best_of(args.repeat, direct)
-        t_gram, (agg_gram, res_gram) = best_of(args.repeat, lambda: hk_aggregate(weights, params))
-        t_mean, _ = best_of(args.repeat, lambda: mean_coefficients @ weights)
-        if not np.array_equal(res_direct.labels, res_gram.labels):
-            raise AssertionError(f"S={clients} d={dim}: coalitions differ between direct and Gram-space HK")
-        np.testing.assert_allclose(agg_gram, agg_direct, rtol=1e-5, atol=1e-5 * float(np.abs(agg_direct).max()))
-        row = {"S": clients, "d": dim, "K": res_gram.num_coalitions, "steps": res_gram.steps,
-               "direct_s": t_direct, "gram_s": t_gram, "fedavg_s": t_mean,
-               "direct/gram": t_direct / t_gram, "gram/fedavg": t_gram / t_mean}
-        if args.flower:
-            row.update(flower_adapters(weights, samples, params, args.repeat))
+        row = measure(clients, dim, params, args.repeat, args.flower)
         rows.append(row)
-        print(f"S={clients:4d} d={dim:>9,d} K={row['K']:2d} steps={row['steps']:2d} | direct {t_direct:8.3f} s | "
-              f"gram {t_gram:7.3f} s | fedavg mean {t_mean:7.4f} s | direct/gram {row['direct/gram']:7.1f}x | "
-              f"gram/fedavg {row['gram/fedavg']:6.1f}x", flush=True)
+        print(f"S={clients:4d} d={dim:>9,d} K={row['K']:2d} steps={row['steps']:2d} | direct {row['direct_s']:8.3f} s | "
+              f"gram {row['gram_s']:7.3f} s | fedavg mean {row['fedavg_s']:7.4f} s | "
+              f"direct/gram {row['direct/gram']:7.1f}x | gram/fedavg {row['gram/fedavg']:6.1f}x", flush=True)
         if args.flower:
             print(f"      ArrayRecords end to end: Flower FedAvg {row['flower_fedavg_s']:.3f} s | HKFedAvg "
                   f"{row['hkfedavg_s']:.3f} s | ratio {row['hkfedavg/flower_fedavg']:.1f}x", flush=True)
-        del weights
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     header = list(rows[0])

@@ -1,6 +1,5 @@
 """FedProx: the client's proximal term and the server's seeded FedProx."""
 
-import numpy as np
 import pytest
 import torch
 from flwr.app import ConfigRecord

@@ -220,11 +220,6 @@ def neighbourhoods(opinions: np.ndarray, params: HKParams) -> np.ndarray:
     return linked
 
 
-def _unit_rows(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.where(norms > 0, norms, 1.0)
-
-
 def hk_dynamics(initial: np.ndarray, params: HKParams, record: bool = False) -> HKResult:
     """Run HK on the rows of ``initial`` (S x m) and extract coalitions.
 
