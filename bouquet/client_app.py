@@ -4,11 +4,15 @@ The node's household is ``partition-id`` of the federated pool (see
 :mod:`bouquet.data.water`), from ``context.node_config`` in simulation and from
 ``flower-supernode --node-config "partition-id=K data-path=..."`` in
 deployment, where ``data-path`` names the node's own data file (it overrides
-the run config's ``data-path``, so no data travels from the server).
+the run config's ``data-path``, so no data travels from the server).  A node
+file holding a single household is that node's household whatever its
+partition id, and the active-client filter (a comparison between households)
+is not applied on the node.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -29,9 +33,16 @@ app = ClientApp()
 @functools.lru_cache(maxsize=8)
 def _windows(config: AppConfig, partition_id: int, data_path: str | None) -> tuple[str, ClientWindows]:
     data = config.water_data(data_path)
-    pool = load_pool(data)
-    windows = pool.client(partition_id, data)
-    return pool.households[partition_id].household_id, windows
+    index = partition_id
+    if data_path is not None:
+        # A node's own file: the active filter compares households with each other, which a node holding
+        # one household cannot do (the operator chose the household); history and window minimums apply.
+        data = dataclasses.replace(data, active_factor=0.0)
+        pool = load_pool(data)
+        index = 0 if len(pool) == 1 else partition_id
+    else:
+        pool = load_pool(data)
+    return pool.households[index].household_id if index < len(pool) else "", pool.client(index, data)
 
 
 def node_data(context: Context) -> tuple[AppConfig, int, str, ClientWindows]:

@@ -1,0 +1,250 @@
+"""Deployment with real Flower processes: a SuperLink and N SuperNodes, TLS and SuperNode auth.
+
+    python -m bouquet.deploy --nodes 3 --run-config 'num-server-rounds=2 clients-per-round=3'
+    python -m bouquet.deploy --nodes 3 --daiad ../shared/data/daiad/swm_trialA.zip --insecure
+
+Secure by default: a private CA and a server certificate for the SuperLink's
+address (``make_certificates``), one ECDSA key pair per SuperNode
+(``make_node_key``) registered with the SuperLink (``flwr supernode
+register``; the SuperLink runs with ``--enable-supernode-auth``), and
+SuperNodes that trust only the CA.  ``--insecure`` switches all of that off.
+Every process runs on 127.0.0.1, in its own process group, and is stopped by
+PID on exit, on failure and on Ctrl-C.
+
+Each SuperNode gets its household through ``--node-config``: ``partition-id``
+and, with ``--daiad``, a ``data-path`` to a file holding only that household's
+readings (split from the DAIAD file into the work folder), so no data travels
+from the server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bouquet.launch import _bin, free_port, offline_env
+
+__all__ = ["Deployment", "deployment", "make_certificates", "make_node_key", "split_households", "start_supernode",
+           "wait_for_nodes"]
+
+
+def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    return done
+
+
+def make_certificates(folder: Path, address: str = "127.0.0.1", days: int = 365) -> dict[str, Path]:
+    """A private CA and a server key/certificate signed by it, with ``address`` as IP SAN (openssl)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_crt = folder / "ca.key", folder / "ca.crt"
+    key, csr, crt = folder / "server.key", folder / "server.csr", folder / "server.pem"
+    _run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca_crt),
+          "-days", str(days), "-subj", "/CN=bouquet-ca"])
+    _run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+          "-subj", "/CN=bouquet-superlink"])
+    extensions = folder / "server.ext"
+    san = f"IP:{address}" if address.replace(".", "").isdigit() else f"DNS:{address}"
+    extensions.write_text(f"subjectAltName = {san}\nbasicConstraints = CA:FALSE\n"
+                          "keyUsage = digitalSignature, keyEncipherment\nextendedKeyUsage = serverAuth\n")
+    _run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key), "-CAcreateserial",
+          "-out", str(crt), "-days", str(days), "-sha256", "-extfile", str(extensions)])
+    return {"ca": ca_crt, "cert": crt, "key": key}
+
+
+def make_node_key(folder: Path, name: str) -> tuple[Path, Path]:
+    """An ECDSA (P-384) key pair for SuperNode authentication: (private key, public key)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    private = folder / name
+    for stale in (private, private.with_suffix(".pub")):
+        stale.unlink(missing_ok=True)
+    _run(["ssh-keygen", "-t", "ecdsa", "-b", "384", "-N", "", "-q", "-f", str(private), "-C", ""])
+    return private, Path(str(private) + ".pub")
+
+
+def split_households(daiad_path: Path, folder: Path, households: list[str]) -> list[Path]:
+    """One DAIAD-format CSV per household (original rows and header), for one SuperNode each."""
+    import pandas as pd
+
+    from bouquet.data.daiad import _open_text, _read_header
+
+    _read_header(daiad_path)  # clear error for a wrong file
+    folder.mkdir(parents=True, exist_ok=True)
+    with _open_text(daiad_path) as handle:
+        frame = pd.read_csv(handle, sep=";", dtype=str)
+    key = frame.columns[0]
+    paths = []
+    for household in households:
+        path = folder / f"{household}.csv"
+        frame[frame[key] == household].to_csv(path, sep=";", index=False)
+        paths.append(path)
+    return paths
+
+
+@dataclass
+class Deployment:
+    """Running SuperLink (+ its FLWR_HOME connection) and the SuperNodes started so far."""
+
+    workdir: Path
+    port: int
+    flwr_home: Path
+    secure: bool
+    superlink: subprocess.Popen
+    supernodes: dict[int, subprocess.Popen] = field(default_factory=dict)
+    certificates: dict[str, Path] = field(default_factory=dict)
+    connection: str = "bouquet-deploy"
+
+    def flwr(self, *args: str, timeout: float | None = 600, capture: bool = True) -> subprocess.CompletedProcess:
+        """A ``flwr`` command against this deployment's connection."""
+        return subprocess.run([_bin("flwr"), *args], env=offline_env(self.flwr_home), capture_output=capture,
+                              text=True, timeout=timeout)
+
+    def register(self, public_key: Path) -> None:
+        done = self.flwr("supernode", "register", str(public_key), self.connection)
+        if done.returncode != 0:
+            raise RuntimeError(f"registering {public_key} failed:\n{done.stdout}{done.stderr}")
+
+    def run(self, app_dir: Path, run_config: str = "", timeout: float | None = 900,
+            capture: bool = True) -> subprocess.CompletedProcess:
+        args = ["run", str(app_dir), self.connection, "--stream"]
+        if run_config:
+            args += ["--run-config", run_config]
+        return self.flwr(*args, timeout=timeout, capture=capture)
+
+
+def _stop(process: subprocess.Popen, grace: float = 20) -> None:
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        except ProcessLookupError:
+            pass
+
+
+def start_supernode(deploy: Deployment, partition_id: int, data_path: Path | None = None,
+                    private_key: Path | None = None, root_certificates: Path | None = None,
+                    insecure: bool | None = None) -> subprocess.Popen:
+    """Start one ``flower-supernode`` for ``partition_id`` (log: ``workdir/supernode-<id>.log``)."""
+    node_config = f"partition-id={partition_id}"
+    if data_path is not None:
+        node_config += f' data-path="{data_path}"'
+    command = [_bin("flower-supernode"), "--superlink", f"127.0.0.1:{deploy.port}", "--node-config", node_config,
+               "--host", "127.0.0.1", "--port", str(free_port())]
+    if (not deploy.secure) if insecure is None else insecure:
+        command.append("--insecure")
+    else:
+        command += ["--root-certificates", str(root_certificates or deploy.certificates["ca"])]
+    if private_key is not None:
+        command += ["--auth-supernode-private-key", str(private_key)]
+    log = open(deploy.workdir / f"supernode-{partition_id}.log", "a")
+    process = subprocess.Popen(command, env=offline_env(deploy.flwr_home), stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    log.close()
+    deploy.supernodes[partition_id] = process
+    return process
+
+
+def wait_for_nodes(deploy: Deployment, count: int, timeout: float = 60) -> int:
+    """Wait until ``flwr supernode list`` shows ``count`` online nodes; returns how many were seen."""
+    deadline, online = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline:
+        done = deploy.flwr("supernode", "list", deploy.connection, "--format", "json", timeout=60)
+        online = done.stdout.count('"online"')
+        if online >= count:
+            return online
+        time.sleep(1)
+    return online
+
+
+@contextmanager
+def deployment(workdir: Path, secure: bool = True, startup_seconds: float = 60) -> Iterator[Deployment]:
+    """Start a SuperLink on 127.0.0.1 (TLS + SuperNode auth unless ``secure=False``); stop everything on exit."""
+    workdir = Path(workdir)
+    flwr_home = workdir / "flwr-home"
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    command = [_bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(port),
+               "--database", str(workdir / "state.db"), "--disable-runtime-dependency-installation"]
+    certificates: dict[str, Path] = {}
+    if secure:
+        certificates = make_certificates(workdir / "certificates")
+        command += ["--ssl-ca-certfile", str(certificates["ca"]), "--ssl-certfile", str(certificates["cert"]),
+                    "--ssl-keyfile", str(certificates["key"]), "--enable-supernode-auth"]
+        connection = f'root-certificates = "{certificates["ca"]}"\n'
+    else:
+        command.append("--insecure")
+        connection = "insecure = true\n"
+    (flwr_home / "config.toml").write_text(f'[superlink]\ndefault = "bouquet-deploy"\n\n[superlink.bouquet-deploy]\n'
+                                           f'address = "127.0.0.1:{port}"\n{connection}')
+    log = open(workdir / "superlink.log", "w")
+    superlink = subprocess.Popen(command, env=offline_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+    log.close()
+    deploy = Deployment(workdir, port, flwr_home, secure, superlink, certificates=certificates)
+    with ExitStack() as stack:
+        stack.callback(lambda: [_stop(p) for p in [*deploy.supernodes.values(), superlink]])
+        deadline = time.monotonic() + startup_seconds
+        while deploy.flwr("supernode", "list", deploy.connection, timeout=60).returncode != 0:
+            if superlink.poll() is not None:
+                raise RuntimeError(f"flower-superlink exited with {superlink.returncode}:\n"
+                                   f"{(workdir / 'superlink.log').read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"SuperLink on 127.0.0.1:{port} not ready within {startup_seconds}s")
+            time.sleep(0.5)
+        yield deploy
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bouquet.deploy``: SuperLink + N SuperNodes on 127.0.0.1, run the app, stop everything."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m bouquet.deploy", description=main.__doc__)
+    parser.add_argument("app", nargs="?", default=".", help="Flower app folder (holds pyproject.toml)")
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--insecure", action="store_true", help="no TLS, no SuperNode authentication")
+    parser.add_argument("--daiad", default=None, help="DAIAD file: each node gets a file with only its household")
+    parser.add_argument("--run-config", default="", help="overrides, e.g. 'num-server-rounds=2 clients-per-round=3'")
+    parser.add_argument("--workdir", default=None, help="keep certificates, keys, logs here (default: temporary)")
+    args = parser.parse_args(argv)
+    with ExitStack() as stack:
+        workdir = Path(args.workdir) if args.workdir else Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="bouquet-deploy-")))
+        workdir.mkdir(parents=True, exist_ok=True)
+        data_paths: list[Path | None] = [None] * args.nodes
+        run_config = args.run_config
+        if args.daiad:
+            from bouquet.config import AppConfig
+            from bouquet.data.water import load_pool
+
+            config = AppConfig.from_run_config({"data-source": "daiad", "data-path": str(Path(args.daiad).resolve()),
+                                                "min-history-days": 300, "active-factor": 0.0})
+            households = [h.household_id for h in load_pool(config.water_data()).households[: args.nodes]]
+            data_paths = list(split_households(Path(args.daiad), workdir / "node-data", households))
+            run_config = f'data-source="daiad" min-history-days=300 {run_config}'
+        deploy = stack.enter_context(deployment(workdir, secure=not args.insecure))
+        print(f"bouquet: SuperLink on 127.0.0.1:{deploy.port} ({'TLS + SuperNode auth' if deploy.secure else 'INSECURE'})"
+              f", work folder {workdir}", flush=True)
+        for partition in range(args.nodes):
+            private = None
+            if deploy.secure:
+                private, public = make_node_key(workdir / "keys", f"node{partition}")
+                deploy.register(public)
+            start_supernode(deploy, partition, data_path=data_paths[partition], private_key=private)
+        print(f"bouquet: {wait_for_nodes(deploy, args.nodes)} of {args.nodes} SuperNodes online", flush=True)
+        done = deploy.run(Path(args.app), run_config, timeout=None, capture=False)
+    return done.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
