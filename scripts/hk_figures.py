@@ -7,8 +7,11 @@ Reads the run folders written by ``scripts/run_hk_experiments.py``
 
 * ``mse_per_round``: mean held-out MSE (scaled) per round, per arm (Fig. 4);
 * ``accuracy_per_round``: accuracy = 100 x (1 - WAPE) per round, per arm (Fig. 5);
-  WAPE = sum |forecast - actual| / sum actual over the evaluated clients' test
-  days, in litres (the paper does not define accuracy for a forecaster);
+  WAPE = sum |forecast - actual| / sum actual over all evaluated clients' test
+  days pooled, in litres (the paper does not define accuracy for a forecaster).
+  It is rebuilt from ``evaluate_clients.csv``: client i contributes
+  ``n_i * mae_i`` litres of error and ``n_i * mae_i / wape_i`` litres of actual
+  use (a client whose test days are all zero has no WAPE and adds only error);
 * ``final_mae``: final MAE in litres/day, mean +- std across clients (averaged
   over seeds) and mean +- std across seeds, per arm (Fig. 6 / Table 4), also
   as ``final_mae.md``;
@@ -59,6 +62,21 @@ def per_round(rounds: pd.DataFrame, column: str, phase: str) -> pd.DataFrame:
     return subset.groupby(["arm", "round"])[column].agg(["mean", "std"]).reset_index()
 
 
+def pooled_accuracy(runs: dict[str, list[Path]]) -> pd.DataFrame:
+    """100 x (1 - pooled WAPE) per arm and round (mean and std over seeds)."""
+    rows = []
+    for arm, folders in runs.items():
+        for folder in folders:
+            clients = pd.read_csv(folder / "evaluate_clients.csv")
+            error = clients["num-examples"] * clients["mae-litres"]
+            actual = (error / clients["wape"]).where(np.isfinite(clients["wape"]) & (clients["wape"] > 0), 0.0)
+            per = pd.DataFrame({"round": clients["round"], "error": error, "actual": actual}).groupby("round").sum()
+            for server_round, values in per.iterrows():
+                rows.append({"arm": arm, "round": server_round,
+                             "accuracy": 100 * (1 - values["error"] / values["actual"])})
+    return (pd.DataFrame(rows).groupby(["arm", "round"])["accuracy"].agg(["mean", "std"]).reset_index())
+
+
 def line_plot(table: pd.DataFrame, ylabel: str, title: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     for arm, group in table.groupby("arm"):
@@ -68,7 +86,8 @@ def line_plot(table: pd.DataFrame, ylabel: str, title: str, path: Path) -> None:
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    if len(table):
+        ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -164,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     mse = per_round(rounds, "mse", "evaluate")
     mse.to_csv(out / "mse_per_round.csv", index=False)
     line_plot(mse, "held-out MSE (scaled)", "Mean held-out MSE per round (Fig. 4)", out / "mse_per_round.png")
-    accuracy = per_round(rounds.assign(accuracy=100 * (1 - rounds.get("wape", np.nan))), "accuracy", "evaluate")
+    accuracy = pooled_accuracy(runs)
     accuracy.to_csv(out / "accuracy_per_round.csv", index=False)
     line_plot(accuracy, "accuracy = 100 (1 - WAPE) %", "Accuracy per round (Fig. 5)", out / "accuracy_per_round.png")
 
