@@ -33,16 +33,14 @@ app = ClientApp()
 @functools.lru_cache(maxsize=8)
 def _windows(config: AppConfig, partition_id: int, data_path: str | None) -> tuple[str, ClientWindows]:
     data = config.water_data(data_path)
-    index = partition_id
     if data_path is not None:
         # A node's own file: the active filter compares households with each other, which a node holding
         # one household cannot do (the operator chose the household); history and window minimums apply.
         data = dataclasses.replace(data, active_factor=0.0)
-        pool = load_pool(data)
-        index = 0 if len(pool) == 1 else partition_id
-    else:
-        pool = load_pool(data)
-    return pool.households[index].household_id if index < len(pool) else "", pool.client(index, data)
+    pool = load_pool(data)
+    index = 0 if data_path is not None and len(pool) == 1 else partition_id
+    windows = pool.client(index, data)  # a clear error when index is outside the pool
+    return pool.households[index].household_id, windows
 
 
 def node_data(context: Context) -> tuple[AppConfig, int, str, ClientWindows]:

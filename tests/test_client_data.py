@@ -1,0 +1,34 @@
+"""A deployed node's own data file: its one household, whatever its partition id; no active filter."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bouquet.client_app import _windows
+from bouquet.config import AppConfig
+
+
+def household_csv(path, household="home-1", days=60, litres_per_hour=5):
+    stamps = pd.date_range("2016-03-01 00:30", periods=days * 24 + 1, freq="h")
+    diffs = np.full(len(stamps), litres_per_hour)
+    readings = np.cumsum(diffs)
+    lines = ["user key;datetime;meter reading;diff"] + [
+        f"{household};{t.strftime('%d/%m/%Y %H:%M:%S')};{r};{d}" for t, r, d in zip(stamps, readings, diffs)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_node_file_with_one_household_is_that_household(tmp_path):
+    path = household_csv(tmp_path / "own.csv")
+    config = AppConfig.from_run_config({"data-source": "daiad", "min-history-days": 30})  # active-factor stays 1.6
+    household, windows = _windows(config, 7, str(path))
+    assert household == "home-1"
+    assert len(windows.y_train) + len(windows.y_test) == 60 - 12  # day 1 has 23 covered hours: kept, scaled
+    np.testing.assert_allclose(windows.to_litres(windows.y_test), 120.0)
+
+
+def test_short_node_file_is_a_clear_error(tmp_path):
+    path = household_csv(tmp_path / "short.csv", days=10)
+    config = AppConfig.from_run_config({"data-source": "daiad", "min-history-days": 5})
+    with pytest.raises(ValueError, match="no household passes the filters"):
+        _windows(config, 0, str(path))
