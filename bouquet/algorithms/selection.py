@@ -1,0 +1,399 @@
+"""Client selectors: SCKM and the SCKM paper's baselines, one interface (pure numpy).
+
+A selector sees the round's candidates as a :class:`Candidates` (node ids,
+and whatever the query phase returned: gradient sketches, losses, example
+counts, plus the round each client last trained) and returns a
+:class:`Choice`: exactly ``budget`` distinct candidate positions and scalar
+facts to report.  Selectors that learn across rounds (FedCor) keep that state
+themselves and are fed with :meth:`Selector.observe`.  No Flower import: the
+strategy adapter (:mod:`bouquet.strategies.selection`) builds the candidates
+from replies.
+
+Selectors (``name`` = run-config value):
+
+``random``
+    Uniform without replacement (FedAvg's sampling).
+``sckm-select`` / ``sckm-cluster``
+    SCKM paper Algorithms 1 / 2 (:mod:`bouquet.algorithms.sckm`).
+``power-of-choice``
+    Cho, Wang & Joshi (AISTATS 2022): ``d`` candidates drawn without
+    replacement with probability proportional to data size, then the
+    ``budget`` of them with the highest current local loss.
+``afl``
+    Goetz et al. (2019) Active Federated Learning: valuation
+    ``v_k = sqrt(n_k) * loss_k``; the ``alpha1`` fraction with the lowest
+    valuation is excluded; ``(1 - alpha3) B`` clients are drawn with
+    probability proportional to ``exp(alpha2 * v_k)``, the remaining ones
+    uniformly from those not yet drawn.  Defaults alpha1=0.75, alpha2=0.01,
+    alpha3=0.1 (as in the FedCor paper's comparison).
+``fedcor``
+    Tang et al. (CVPR 2022): a Gaussian-process model of the clients' loss
+    changes with a warm-up of random rounds, then greedy selection.  Our
+    version (not their code) is stated in :class:`FedCorSelector`.
+``kmeans``
+    k-means (L2, scikit-learn) with ``budget`` clusters on the sketches;
+    from each cluster the member nearest its centroid.
+``cosine``
+    Greedy diversity: start with the client least cosine-similar on average
+    to the others, then repeatedly add the one whose largest cosine
+    similarity to those chosen is smallest.
+``divfl``
+    Balakrishnan et al. (ICLR 2022) DivFL: greedy facility location,
+    minimising ``sum_k min_{i in S} ||g_k - g_i||`` over the sketches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from bouquet.algorithms.sckm import layer_coordinate_weights, sckm_cluster, sckm_eta, sckm_select
+
+__all__ = ["AFLSelector", "Candidates", "Choice", "CosineSelector", "DivFLSelector", "FedCorSelector",
+           "KMeansSelector", "PowerOfChoiceSelector", "RandomSelector", "SCKMClusterSelector", "SCKMSelectSelector",
+           "SELECTORS", "Selector", "make_selector"]
+
+
+@dataclass
+class Candidates:
+    """What the server knows about this round's candidate clients (one row each).
+
+    Attributes
+    ----------
+    ids : list of int
+        Node ids (opaque to selectors; reported back).
+    sketches : (K, d') array, optional
+        Gradient sketches at the current global model.
+    layer_sizes : list of int, optional
+        Sketched coordinates per layer (sums to d').
+    losses : (K,) array, optional
+        Local loss at the current global model.
+    num_examples : (K,) array, optional
+    last_round : (K,) array, optional
+        Round each client last trained (-1: never).
+    """
+
+    ids: list[int]
+    sketches: np.ndarray | None = None
+    layer_sizes: list[int] | None = None
+    losses: np.ndarray | None = None
+    num_examples: np.ndarray | None = None
+    last_round: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        k = len(self.ids)
+        for name in ("sketches", "losses", "num_examples", "last_round"):
+            value = getattr(self, name)
+            if value is not None and len(value) != k:
+                raise ValueError(f"{name} has {len(value)} rows for {k} candidates")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def require(self, *names: str) -> None:
+        missing = [n for n in names if getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"this selector needs {', '.join(missing)} from the query phase")
+
+
+@dataclass
+class Choice:
+    """Selected candidate positions (``budget`` distinct) and scalar facts to report."""
+
+    indices: np.ndarray
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+class Selector:
+    """Base class: ``needs`` names what the query phase must return."""
+
+    name: ClassVar[str] = ""
+    needs: ClassVar[tuple[str, ...]] = ()
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+        raise NotImplementedError
+
+    def observe(self, candidates: Candidates) -> None:
+        """Called with each round's query results before :meth:`select` (stateless selectors ignore it)."""
+
+    def _checked(self, candidates: Candidates, budget: int) -> None:
+        if not 1 <= budget <= len(candidates):
+            raise ValueError(f"budget must be in [1, {len(candidates)}] (the candidates), got {budget}")
+        candidates.require(*self.needs)
+
+
+# --------------------------------------------------------------------- simple
+@dataclass
+class RandomSelector(Selector):
+    name: ClassVar[str] = "random"
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+        self._checked(candidates, budget)
+        return Choice(np.sort(rng.choice(len(candidates), size=budget, replace=False)))
+
+
+def _weighted_sketches(candidates: Candidates, combine: str) -> np.ndarray:
+    g = np.asarray(candidates.sketches, dtype=np.float64)
+    sizes = candidates.layer_sizes or [g.shape[1]]
+    return g * layer_coordinate_weights(g, sizes, combine)
+
+
+@dataclass
+class SCKMSelectSelector(Selector):
+    """SCKM-Select (Algorithm 1) with layer combination ``layer_combine``."""
+
+    layer_combine: str = "normalized"
+    name: ClassVar[str] = "sckm-select"
+    needs: ClassVar[tuple[str, ...]] = ("sketches",)
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+        self._checked(candidates, budget)
+        g = _weighted_sketches(candidates, self.layer_combine)
+        eta = sckm_eta(g) if len(g) > 1 else np.zeros(1)
+        picked = sckm_select(g, budget, rng, last_round=candidates.last_round, eta=eta)
+        return Choice(picked, {"eta-selected": [float(eta[i]) for i in picked],
+                               "eta-mean": float(eta.mean())})
+
+
+@dataclass
+class SCKMClusterSelector(Selector):
+    """SCKM-Cluster (Algorithm 2): elbow over C in [min_clusters, B], k-medoids, SCKM-Select per cluster."""
+
+    layer_combine: str = "normalized"
+    min_clusters: int = 1
+    sample_size: int = 1000
+    name: ClassVar[str] = "sckm-cluster"
+    needs: ClassVar[tuple[str, ...]] = ("sketches",)
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+        self._checked(candidates, budget)
+        g = _weighted_sketches(candidates, self.layer_combine)
+        result = sckm_cluster(g, budget, rng, min_clusters=self.min_clusters, last_round=candidates.last_round,
+                              sample_size=self.sample_size)
+        return Choice(result.selected, {"clusters": result.n_clusters, "cluster-budgets": result.budgets.tolist(),
+                                        "cluster-sizes": np.bincount(result.labels).tolist(),
+                                        "cluster-labels": result.labels.tolist()})
+
+
+@dataclass
+class PowerOfChoiceSelector(Selector):
+    """Power-of-Choice: ``d`` by data size, then the highest-loss ``budget`` (``d`` < budget means d = budget)."""
+
+    d: int = 0
+    name: ClassVar[str] = "power-of-choice"
+    needs: ClassVar[tuple[str, ...]] = ("losses", "num_examples")
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+        self._checked(candidates, budget)
+        k = len(candidates)
+        d = min(k, max(budget, self.d if self.d > 0 else 2 * budget))
+        sizes = np.asarray(candidates.num_examples, dtype=np.float64)
+        p = sizes / sizes.sum() if sizes.sum() > 0 else None
+        pool = rng.choice(k, size=d, replace=False, p=_full_support(p, d))
+        losses = np.asarray(candidates.losses, dtype=np.float64)[pool]
+        order = np.lexsort((pool, -losses))
+        return Choice(np.sort(pool[order[:budget]]), {"pool-size": d})
+
+
+def _full_support(p: np.ndarray | None, draws: int) -> np.ndarray | None:
+    """numpy cannot draw more items without replacement than have non-zero probability: floor them."""
+    if p is None or np.count_nonzero(p) >= draws:
+        return p
+    q = np.maximum(p, 1e-12)
+    return q / q.sum()
+
+
+@dataclass
+class AFLSelector(Selector):
+    """Active Federated Learning valuation sampling (Goetz et al. 2019)."""
+
+    alpha1: float = 0.75
+    alpha2: float = 0.01
+    alpha3: float = 0.1
+    name: ClassVar[str] = "afl"
+    needs: ClassVar[tuple[str, ...]] = ("losses", "num_examples")
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.alpha1 < 1 and self.alpha2 >= 0 and 0 <= self.alpha3 <= 1):
+            raise ValueError(f"AFL needs 0 <= alpha1 < 1, alpha2 >= 0, 0 <= alpha3 <= 1, got "
+                             f"{self.alpha1}, {self.alpha2}, {self.alpha3}")
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+        self._checked(candidates, budget)
+        k = len(candidates)
+        value = np.sqrt(np.asarray(candidates.num_examples, dtype=np.float64)) * np.asarray(candidates.losses)
+        logits = self.alpha2 * value
+        excluded = np.argsort(value, kind="stable")[:int(self.alpha1 * k)]
+        # never exclude so many that the valued draw cannot be filled
+        n_valued = int((1 - self.alpha3) * budget)
+        excluded = excluded[:max(0, k - max(n_valued, 1))]
+        weights = np.exp(logits - logits.max())
+        weights[excluded] = 0.0
+        valued = rng.choice(k, size=n_valued, replace=False, p=_full_support(weights / weights.sum(), n_valued))
+        rest = np.setdiff1d(np.arange(k), valued)
+        uniform = rng.choice(rest, size=budget - n_valued, replace=False)
+        return Choice(np.sort(np.concatenate([valued, uniform])), {"afl-excluded": len(excluded)})
+
+
+@dataclass
+class KMeansSelector(Selector):
+    """k-means (L2) with ``budget`` clusters on the sketches; the member nearest each centroid."""
+
+    name: ClassVar[str] = "kmeans"
+    needs: ClassVar[tuple[str, ...]] = ("sketches",)
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+        from sklearn.cluster import KMeans
+
+        self._checked(candidates, budget)
+        g = np.asarray(candidates.sketches, dtype=np.float64)
+        model = KMeans(n_clusters=budget, n_init=3, random_state=int(rng.integers(2**31))).fit(g)
+        dist = np.linalg.norm(g - model.cluster_centers_[model.labels_], axis=1)
+        picked = []
+        for c in range(budget):
+            members = np.flatnonzero(model.labels_ == c)
+            if members.size:
+                picked.append(int(members[np.argmin(dist[members])]))
+        # k-means can leave a cluster empty when sketches coincide: fill with the farthest unpicked
+        rest = [i for i in np.argsort(-dist, kind="stable") if i not in picked]
+        picked += [int(i) for i in rest[:budget - len(picked)]]
+        return Choice(np.sort(np.array(picked, dtype=np.int64)))
+
+
+@dataclass
+class CosineSelector(Selector):
+    """Greedy cosine-diversity selection (farthest-first in cosine similarity)."""
+
+    name: ClassVar[str] = "cosine"
+    needs: ClassVar[tuple[str, ...]] = ("sketches",)
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+        self._checked(candidates, budget)
+        g = np.asarray(candidates.sketches, dtype=np.float64)
+        norms = np.linalg.norm(g, axis=1)
+        unit = g / np.where(norms > 0, norms, 1.0)[:, None]
+        cos = unit @ unit.T
+        first = int(np.argmin(cos.sum(axis=1)))
+        picked = [first]
+        closest = cos[first].copy()
+        for _ in range(1, budget):
+            closest[picked] = np.inf
+            nxt = int(np.argmin(closest))
+            picked.append(nxt)
+            closest = np.maximum(closest, cos[nxt])
+        return Choice(np.sort(np.array(picked, dtype=np.int64)))
+
+
+@dataclass
+class DivFLSelector(Selector):
+    """DivFL: greedy facility location on sketch distances."""
+
+    name: ClassVar[str] = "divfl"
+    needs: ClassVar[tuple[str, ...]] = ("sketches",)
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+        self._checked(candidates, budget)
+        g = np.asarray(candidates.sketches, dtype=np.float64)
+        sq = np.square(g).sum(axis=1)
+        dist = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2.0 * g @ g.T, 0.0))
+        nearest = np.full(len(g), np.inf)
+        picked: list[int] = []
+        for _ in range(budget):
+            cost = np.minimum(dist, nearest[None, :]).sum(axis=1)  # [i]: total cost if i joins
+            cost[picked] = np.inf
+            best = int(np.argmin(cost))
+            picked.append(best)
+            nearest = np.minimum(nearest, dist[best])
+        return Choice(np.sort(np.array(picked, dtype=np.int64)), {"divfl-cost": float(nearest.sum())})
+
+
+# --------------------------------------------------------------------- FedCor
+@dataclass
+class FedCorSelector(Selector):
+    """FedCor-style Gaussian-process selection (Tang et al., CVPR 2022), our formulation.
+
+    The loss changes ``Delta L`` of the clients between consecutive rounds
+    are modelled as a zero-mean Gaussian process over clients whose
+    covariance is the empirical covariance of the observed change vectors,
+    shrunk towards its diagonal (``shrinkage``) plus ``noise`` on the
+    diagonal.  For the first ``warmup`` rounds (or while fewer than two
+    change vectors are known) selection is uniform.  Afterwards the
+    selection is greedy: each step picks the client ``i`` that maximises the
+    loss-weighted covariance it explains,
+    ``sum_j L_j Cov(j, i | S) / sqrt(Var(i | S))`` (the expected fall in the
+    total loss per standard deviation of decrease of client i), then
+    conditions the GP on ``i`` (a rank-one update).  FedCor's own code
+    fits a kernel by marginal likelihood; we keep the empirical covariance
+    (no optimisation, same correlation structure) and say so in
+    docs/METHODS.md.  Needs the clients' losses each round (query phase).
+    """
+
+    warmup: int = 2
+    shrinkage: float = 0.1
+    noise: float = 1e-3
+    history: int = 20
+    name: ClassVar[str] = "fedcor"
+    needs: ClassVar[tuple[str, ...]] = ("losses",)
+    _previous: dict[int, float] = field(default_factory=dict, repr=False)
+    _changes: list[dict[int, float]] = field(default_factory=list, repr=False)
+    _rounds: int = field(default=0, repr=False)
+
+    def observe(self, candidates: Candidates) -> None:
+        candidates.require("losses")
+        losses = {int(i): float(v) for i, v in zip(candidates.ids, candidates.losses)}
+        if self._previous:
+            change = {i: v - self._previous[i] for i, v in losses.items() if i in self._previous}
+            if change:
+                self._changes = (self._changes + [change])[-self.history:]
+        self._previous.update(losses)
+        self._rounds += 1
+
+    def covariance(self, ids: Sequence[int]) -> np.ndarray | None:
+        """Shrunk empirical covariance of the loss changes of ``ids`` (None: not enough history)."""
+        rows = [[c.get(int(i), np.nan) for i in ids] for c in self._changes]
+        if len(rows) < 2:
+            return None
+        x = np.array(rows)
+        seen = ~np.isnan(x)
+        means = np.where(seen, x, 0.0).sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
+        x = np.where(seen, x, means)  # a client missing in a round takes its mean change
+        x = x - x.mean(axis=0)
+        cov = x.T @ x / max(len(x) - 1, 1)
+        cov = (1 - self.shrinkage) * cov + self.shrinkage * np.diag(np.diag(cov))
+        return cov + self.noise * np.eye(len(ids))
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+        self._checked(candidates, budget)
+        cov = None if self._rounds <= self.warmup else self.covariance(candidates.ids)
+        if cov is None:
+            return Choice(np.sort(rng.choice(len(candidates), size=budget, replace=False)), {"fedcor-warmup": True})
+        losses = np.asarray(candidates.losses, dtype=np.float64)
+        picked: list[int] = []
+        for _ in range(budget):
+            var = np.clip(np.diag(cov), 1e-15, None)
+            score = (losses @ cov) / np.sqrt(var)
+            score[picked] = -np.inf
+            best = int(np.argmax(score))
+            picked.append(best)
+            column = cov[:, best].copy()
+            cov = cov - np.outer(column, column) / max(column[best], 1e-15)  # condition on client best
+        return Choice(np.sort(np.array(picked, dtype=np.int64)), {"fedcor-warmup": False})
+
+
+#: Run-config name -> selector class.
+SELECTORS: dict[str, type[Selector]] = {cls.name: cls for cls in (
+    RandomSelector, SCKMSelectSelector, SCKMClusterSelector, PowerOfChoiceSelector, AFLSelector, FedCorSelector,
+    KMeansSelector, CosineSelector, DivFLSelector)}
+
+
+def make_selector(name: str, **params: Any) -> Selector:
+    """The selector called ``name`` with its parameters (unknown names/parameters raise ValueError)."""
+    if name not in SELECTORS:
+        raise ValueError(f"unknown selector {name!r}; choose one of {', '.join(SELECTORS)}")
+    try:
+        return SELECTORS[name](**params)
+    except TypeError as exc:
+        raise ValueError(f"selector {name!r}: {exc}") from exc
