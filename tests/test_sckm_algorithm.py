@@ -9,9 +9,20 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from bouquet.algorithms.kmedoids import kmedoids
-from bouquet.algorithms.sckm import (average_cardinality, budget_per_cluster, elbow_point, layer_coordinate_weights,
-                                     sckm_cluster, sckm_dissimilarity, sckm_eta, sckm_matrix, sckm_pair,
-                                     sckm_select, sketch_indices, sketch_size)
+from bouquet.algorithms.sckm import (
+    average_cardinality,
+    budget_per_cluster,
+    elbow_point,
+    layer_coordinate_weights,
+    sckm_cluster,
+    sckm_dissimilarity,
+    sckm_eta,
+    sckm_matrix,
+    sckm_pair,
+    sckm_select,
+    sketch_indices,
+    sketch_size,
+)
 
 # 3 clients x 4 coordinates, worked by hand:
 # SCKM(g1,g2) = (0 + 0 + (-1+1) + (2-4)) / 4 = -0.5

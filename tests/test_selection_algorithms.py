@@ -3,9 +3,20 @@
 import numpy as np
 import pytest
 
-from bouquet.algorithms.selection import (SELECTORS, AFLSelector, Candidates, CosineSelector, DivFLSelector,
-                                          FedCorSelector, KMeansSelector, PowerOfChoiceSelector, RandomSelector,
-                                          SCKMClusterSelector, SCKMSelectSelector, make_selector)
+from bouquet.algorithms.selection import (
+    SELECTORS,
+    AFLSelector,
+    Candidates,
+    CosineSelector,
+    DivFLSelector,
+    FedCorSelector,
+    KMeansSelector,
+    PowerOfChoiceSelector,
+    RandomSelector,
+    SCKMClusterSelector,
+    SCKMSelectSelector,
+    make_selector,
+)
 
 
 def _candidates(k=12, d=6, seed=0):

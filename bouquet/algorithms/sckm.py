@@ -22,6 +22,7 @@ made and collected in docs/METHODS.md.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -108,7 +109,7 @@ def layer_coordinate_weights(sketches: np.ndarray, layer_sketch_sizes: Sequence[
     if combine == "normalized":
         bounds = np.concatenate([[0], np.cumsum(sizes)])
         rms = np.array([np.sqrt(np.mean(np.square(sketches[:, a:b], dtype=np.float64)))
-                        for a, b in zip(bounds[:-1], bounds[1:])])
+                        for a, b in itertools.pairwise(bounds)])
         per_layer = per_layer / np.where(rms > 0, rms, 1.0)
     return np.repeat(per_layer, sizes)
 
@@ -382,4 +383,4 @@ def average_cardinality(per_round: Sequence[int]) -> int:
     """Eq. (10): ``C* = floor(mean_t C-hat^(t))``."""
     if len(per_round) == 0:
         raise ValueError("no rounds")
-    return int(math.floor(float(np.mean(per_round))))
+    return math.floor(float(np.mean(per_round)))

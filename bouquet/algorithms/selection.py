@@ -50,11 +50,29 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bouquet.algorithms.sckm import layer_coordinate_weights, sckm_cluster, sckm_eta, sckm_select
+from bouquet.algorithms.sckm import (
+    layer_coordinate_weights,
+    sckm_cluster,
+    sckm_eta,
+    sckm_select,
+)
 
-__all__ = ["AFLSelector", "Candidates", "Choice", "CosineSelector", "DivFLSelector", "FedCorSelector",
-           "KMeansSelector", "PowerOfChoiceSelector", "RandomSelector", "SCKMClusterSelector", "SCKMSelectSelector",
-           "SELECTORS", "Selector", "make_selector"]
+__all__ = [
+    "SELECTORS",
+    "AFLSelector",
+    "Candidates",
+    "Choice",
+    "CosineSelector",
+    "DivFLSelector",
+    "FedCorSelector",
+    "KMeansSelector",
+    "PowerOfChoiceSelector",
+    "RandomSelector",
+    "SCKMClusterSelector",
+    "SCKMSelectSelector",
+    "Selector",
+    "make_selector",
+]
 
 
 @dataclass
