@@ -1,4 +1,12 @@
-"""The bouquet ClientApp: one household's water-use forecaster per node.
+"""The bouquet ClientApp: one household's water-use forecaster, or one image shard, per node.
+
+``task = "water"``: the node is a household (below).  ``task = "vision"``:
+the node holds client ``partition-id`` of ``num-partitions`` non-IID image
+partitions (:mod:`bouquet.data.images`) and trains ``local-batches`` SGD
+steps; the global model is evaluated centrally by the server.  For either
+task the app answers ``query.sketch`` (client selection,
+:mod:`bouquet.sketching`) and, when a training message asks for it
+(piggyback selection), attaches a sketch to its training reply.
 
 The node's household is ``partition-id`` of the federated pool (see
 :mod:`bouquet.data.water`), from ``context.node_config`` in simulation and from
@@ -21,9 +29,12 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp
 
 from bouquet.config import AppConfig
-from bouquet.flower_logging import route_to_flower
+from bouquet.data.images import load_images, partition
 from bouquet.data.water import ClientWindows, load_pool
+from bouquet.flower_logging import route_to_flower
+from bouquet.sketching import SketchRequest, register_sketch_query, sketch_records
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
+from bouquet.tasks.vision import batch_at, make_model, train_batches
 from bouquet.tasks.water import LSTMForecaster, evaluate_windows, predict, proximal_penalty, train_windows
 
 route_to_flower()
@@ -54,11 +65,82 @@ def node_data(context: Context) -> tuple[AppConfig, int, str, ClientWindows]:
     return config, partition_id, household, windows
 
 
-def _model(config: AppConfig, arrays: ArrayRecord) -> LSTMForecaster:
+@functools.lru_cache(maxsize=8)
+def _shard(config: AppConfig, partition_id: int, num_partitions: int) -> tuple[np.ndarray, np.ndarray, tuple]:
+    data = load_images(config.vision_data())
+    parts = partition(data.y_train, num_partitions, config.vision_data())
+    if not 0 <= partition_id < num_partitions:
+        raise ValueError(f"partition-id {partition_id} is outside 0..{num_partitions - 1}")
+    rows = parts[partition_id]
+    return data.x_train[rows], data.y_train[rows], (data.shape, len(data.classes))
+
+
+def vision_data(context: Context) -> tuple[AppConfig, int, np.ndarray, np.ndarray, tuple]:
+    """Config, partition id, this node's training images and labels, (image shape, classes)."""
+    config = AppConfig.from_run_config(context.run_config)
+    for key in ("partition-id", "num-partitions"):
+        if key not in context.node_config:
+            raise KeyError(f"node config lacks {key!r} (the vision task needs partition-id and num-partitions)")
+    partition_id = int(context.node_config["partition-id"])
+    x, y, meta = _shard(config, partition_id, int(context.node_config["num-partitions"]))
+    return config, partition_id, x, y, meta
+
+
+def new_model(context: Context) -> torch.nn.Module:
+    """An untrained model of this run's task (weights come from the server)."""
     torch.set_num_threads(1)
-    model = LSTMForecaster(config.hidden_size, config.num_layers)
+    config = AppConfig.from_run_config(context.run_config)
+    if config.task == "vision":
+        _, _, _, _, (shape, classes) = vision_data(context)
+        return make_model(config.vision_model, shape, classes)
+    return LSTMForecaster(config.hidden_size, config.num_layers)
+
+
+def _model(context: Context, arrays: ArrayRecord) -> torch.nn.Module:
+    model = new_model(context)
     model.load_state_dict(arrays.to_torch_state_dict())
     return model
+
+
+def _training_set(context: Context) -> tuple[np.ndarray, np.ndarray]:
+    config = AppConfig.from_run_config(context.run_config)
+    if config.task == "vision":
+        _, _, x, y, _ = vision_data(context)
+        return x, y
+    _, _, _, windows = node_data(context)
+    return windows.x_train, windows.y_train
+
+
+def training_batch(context: Context, batch_size: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One mini-batch of this node's training data (images, or household windows)."""
+    x, y = _training_set(context)
+    if AppConfig.from_run_config(context.run_config).task == "vision":
+        return batch_at(x, y, batch_size, rng)
+    pick = np.sort(rng.choice(len(y), size=min(batch_size, len(y)), replace=False))
+    return torch.from_numpy(x[pick]), torch.from_numpy(y[pick])
+
+
+def task_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy for class labels, MSE for forecasts (the loss each task trains with)."""
+    if targets.dtype == torch.int64:
+        return torch.nn.functional.cross_entropy(outputs, targets)
+    return torch.nn.functional.mse_loss(outputs, targets)
+
+
+register_sketch_query(app, model_fn=new_model, batch_fn=training_batch,
+                      num_examples_fn=lambda context: len(_training_set(context)[1]), loss_fn=task_loss,
+                      seed_fn=lambda context: int(context.node_config["partition-id"]))
+
+
+def _with_sketch(msg: Message, context: Context, content: RecordDict, model_before: torch.nn.Module,
+                 rng: np.random.Generator) -> RecordDict:
+    """Piggyback selection: add the sketch of the received model when the training message asks for one."""
+    request = SketchRequest.from_config(msg.content["config"])
+    if request is None:
+        return content
+    batch = training_batch(context, request.batch_size, rng)
+    extra = sketch_records(model_before, batch, request, len(_training_set(context)[1]), task_loss)
+    return RecordDict({**dict(content.items()), **extra})
 
 
 def _info(partition_id: int, household: str) -> ConfigRecord:
@@ -68,10 +150,14 @@ def _info(partition_id: int, household: str) -> ConfigRecord:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """E local epochs of Adam from the received global model."""
+    """Local training from the received global model (E epochs of Adam, or local-batches of SGD)."""
+    config = AppConfig.from_run_config(context.run_config)
+    if config.task == "vision":
+        return _train_vision(msg, context)
     config, partition_id, household, windows = node_data(context)
     server_round = int(msg.content["config"].get("server-round", 0))
-    model = _model(config, msg.content["arrays"])
+    model = _model(context, msg.content["arrays"])
+    received = _model(context, msg.content["arrays"]) if "sketch-seed" in msg.content["config"] else None
     rng = np.random.default_rng([config.seed, server_round, partition_id])
     torch.manual_seed(int(rng.integers(2**31)))
     if config.strategy.startswith("perfedavg-"):
@@ -84,6 +170,26 @@ def train(msg: Message, context: Context) -> Message:
     metrics = MetricRecord({"train-loss": loss, "num-examples": len(windows.y_train)})
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics,
                           "info": _info(partition_id, household)})
+    if received is not None:
+        content = _with_sketch(msg, context, content, received, rng)
+    return Message(content, reply_to=msg)
+
+
+def _train_vision(msg: Message, context: Context) -> Message:
+    config, partition_id, x, y, _ = vision_data(context)
+    server_round = int(msg.content["config"].get("server-round", 0))
+    rng = np.random.default_rng([config.seed, server_round, partition_id])
+    torch.manual_seed(int(rng.integers(2**31)))
+    model = _model(context, msg.content["arrays"])
+    received = _model(context, msg.content["arrays"]) if "sketch-seed" in msg.content["config"] else None
+    mu = float(msg.content["config"].get("proximal-mu", 0.0))  # sent by FedProx
+    penalty = proximal_penalty(model, mu) if mu > 0 else None
+    loss = train_batches(model, x, y, config.vision_train_settings(), rng, penalty=penalty)
+    metrics = MetricRecord({"train-loss": loss, "num-examples": len(y)})
+    content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics,
+                          "info": ConfigRecord({"partition-id": partition_id, "household": ""})})
+    if received is not None:
+        content = _with_sketch(msg, context, content, received, rng)
     return Message(content, reply_to=msg)
 
 
@@ -91,7 +197,7 @@ def train(msg: Message, context: Context) -> Message:
 def evaluate(msg: Message, context: Context) -> Message:
     """Held-out MSE/MAE (scaled and in litres/day) of the received model."""
     config, partition_id, household, windows = node_data(context)
-    model = _model(config, msg.content["arrays"])
+    model = _model(context, msg.content["arrays"])
     if config.strategy.startswith("perfedavg-"):  # Per-FedAvg evaluates after one personal step
         server_round = int(msg.content["config"].get("server-round", 0))
         rng = np.random.default_rng([config.seed, server_round, partition_id, 1])

@@ -15,13 +15,21 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from bouquet.algorithms.hk import HKParams
+from bouquet.algorithms.sckm import LAYER_COMBINE
+from bouquet.algorithms.selection import SELECTORS, Selector, make_selector
 from bouquet.data.daiad import CleaningRules
+from bouquet.data.images import VisionDataConfig
 from bouquet.data.synthetic import SyntheticConfig
 from bouquet.data.water import WaterDataConfig
+from bouquet.strategies.selection import MODES
 from bouquet.tasks.perfedavg import PerFedAvgSettings
+from bouquet.tasks.vision import MODELS, VisionTrainSettings
 from bouquet.tasks.water import TrainSettings
 
-__all__ = ["AppConfig", "ConfigError", "STRATEGIES"]
+__all__ = ["AppConfig", "ConfigError", "STRATEGIES", "TASKS"]
+
+#: Use cases: household water forecasting (HK paper) or image classification (SCKM paper).
+TASKS = ("water", "vision")
 
 #: Strategy names accepted by the ``strategy`` key.
 STRATEGIES = ("fedavg", "fedprox", "hk-cosine", "hk-euclidean", "hk-cosine-bounded", "fixed-k-euclidean",
@@ -54,6 +62,18 @@ class AppConfig:
     FedProx (``strategy = "fedprox"``): ``proximal-mu``.
     Per-FedAvg (``strategy = "perfedavg-fo" | "perfedavg-hf"``): ``perfedavg-alpha``,
     ``perfedavg-beta``, ``perfedavg-delta``.
+    Task: ``task`` (``water`` or ``vision``).  Vision: ``vision-dataset``,
+    ``vision-data-path``, ``vision-model``, ``vision-partitioner``,
+    ``shards-per-client``, ``dirichlet-alpha``, ``local-batches``,
+    ``vision-learning-rate``, ``vision-momentum`` (SGD; ``batch-size`` is shared).
+    Client selection (any task, any strategy): ``selection`` (a name in
+    :data:`bouquet.algorithms.selection.SELECTORS`; ``random`` is the seeded
+    uniform draw), ``selection-mode`` (``query``/``piggyback``),
+    ``sketch-fraction``, ``sketch-batch-size``, ``candidates-per-round``
+    (0 = all connected), ``query-timeout``, ``max-sketch-age``,
+    ``sckm-layer-combine``, ``sckm-min-clusters``, ``sckm-sample-size``,
+    ``pow-d`` (0 = 2B), ``afl-alpha1``, ``afl-alpha2``, ``afl-alpha3``,
+    ``fedcor-warmup``.
     """
 
     num_server_rounds: int = 20
@@ -97,6 +117,31 @@ class AppConfig:
     perfedavg_alpha: float = 0.01
     perfedavg_beta: float = 0.001
     perfedavg_delta: float = 0.001
+    task: str = "water"
+    vision_dataset: str = "digits"
+    vision_data_path: str = ""
+    vision_model: str = "cnn"
+    vision_partitioner: str = "shards"
+    shards_per_client: int = 2
+    dirichlet_alpha: float = 0.5
+    local_batches: int = 10
+    vision_learning_rate: float = 0.1
+    vision_momentum: float = 0.0
+    selection: str = "random"
+    selection_mode: str = "query"
+    sketch_fraction: float = 0.005
+    sketch_batch_size: int = 32
+    candidates_per_round: int = 0
+    query_timeout: float = 600.0
+    max_sketch_age: int = 5
+    sckm_layer_combine: str = "normalized"
+    sckm_min_clusters: int = 1
+    sckm_sample_size: int = 1000
+    pow_d: int = 0
+    afl_alpha1: float = 0.75
+    afl_alpha2: float = 0.01
+    afl_alpha3: float = 0.1
+    fedcor_warmup: int = 2
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -126,6 +171,39 @@ class AppConfig:
             raise ConfigError(f"proximal-mu must be >= 0, got {self.proximal_mu}")
         if self.hidden_size < 1 or self.num_layers < 1:
             raise ConfigError(f"hidden-size and num-layers must be >= 1, got {self.hidden_size}, {self.num_layers}")
+        self._check_task_and_selection()
+
+    def _check_task_and_selection(self) -> None:
+        if self.task not in TASKS:
+            raise ConfigError(f"task must be one of {TASKS}, got {self.task!r}")
+        if self.task == "vision":
+            if self.strategy.startswith("perfedavg-"):
+                raise ConfigError("Per-FedAvg is implemented for the water task only")
+            if self.vision_model not in MODELS:
+                raise ConfigError(f"vision-model must be one of {MODELS}, got {self.vision_model!r}")
+        if self.selection not in SELECTORS:
+            raise ConfigError(f"unknown selection {self.selection!r}; choose one of {', '.join(SELECTORS)}")
+        if self.selection_mode not in MODES:
+            raise ConfigError(f"selection-mode must be one of {MODES}, got {self.selection_mode!r}")
+        if self.sckm_layer_combine not in LAYER_COMBINE:
+            raise ConfigError(f"sckm-layer-combine must be one of {LAYER_COMBINE}, got {self.sckm_layer_combine!r}")
+        if not 0 < self.sketch_fraction <= 1:
+            raise ConfigError(f"sketch-fraction must be in (0, 1], got {self.sketch_fraction}")
+        for key in ("sketch-batch-size", "sckm-min-clusters", "sckm-sample-size"):
+            if getattr(self, key.replace("-", "_")) < 1:
+                raise ConfigError(f"{key} must be >= 1")
+        for key in ("candidates-per-round", "max-sketch-age", "pow-d", "fedcor-warmup"):
+            if getattr(self, key.replace("-", "_")) < 0:
+                raise ConfigError(f"{key} must be >= 0")
+        if self.query_timeout <= 0:
+            raise ConfigError(f"query-timeout must be > 0, got {self.query_timeout}")
+        try:
+            self.selector()
+            if self.task == "vision":
+                self.vision_data()
+                self.vision_train_settings()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -180,6 +258,28 @@ class AppConfig:
         """Per-FedAvg settings; the variant is the part of ``strategy`` after ``perfedavg-``."""
         return PerFedAvgSettings(self.strategy.removeprefix("perfedavg-"), self.perfedavg_alpha,
                                  self.perfedavg_beta, self.perfedavg_delta)
+
+    def vision_data(self) -> VisionDataConfig:
+        """Image source and partition (``data-seed`` seeds the split)."""
+        return VisionDataConfig(dataset=self.vision_dataset, path=self.vision_data_path,
+                                partitioner=self.vision_partitioner, shards_per_client=self.shards_per_client,
+                                dirichlet_alpha=self.dirichlet_alpha, seed=self.data_seed)
+
+    def vision_train_settings(self) -> VisionTrainSettings:
+        return VisionTrainSettings(self.local_batches, self.batch_size, self.vision_learning_rate,
+                                   self.vision_momentum)
+
+    def selector(self) -> Selector:
+        """The client selector named by ``selection`` with its parameters."""
+        params: dict[str, dict[str, Any]] = {
+            "sckm-select": {"layer_combine": self.sckm_layer_combine},
+            "sckm-cluster": {"layer_combine": self.sckm_layer_combine, "min_clusters": self.sckm_min_clusters,
+                             "sample_size": self.sckm_sample_size},
+            "power-of-choice": {"d": self.pow_d},
+            "afl": {"alpha1": self.afl_alpha1, "alpha2": self.afl_alpha2, "alpha3": self.afl_alpha3},
+            "fedcor": {"warmup": self.fedcor_warmup},
+        }
+        return make_selector(self.selection, **params.get(self.selection, {}))
 
     def train_settings(self) -> TrainSettings:
         return TrainSettings(self.local_epochs, self.learning_rate, self.batch_size)

@@ -133,8 +133,15 @@ def parse_overrides(text: str) -> dict:
     return tomllib.loads("\n".join(f"{key} = {value}" for key, value in pairs))
 
 
+#: SuperNodes of a vision run when none are given (the SCKM paper's 10-client setting).
+VISION_CLIENTS = 10
+
+
 def pool_size(app_dir: Path, run_config: str) -> int:
-    """Households in the federated pool for the app's run config plus ``run_config`` overrides."""
+    """Clients for the app's run config plus ``run_config`` overrides.
+
+    Water: the households of the federated pool.  Vision: :data:`VISION_CLIENTS`.
+    """
     import tomllib
 
     from bouquet.config import AppConfig
@@ -142,6 +149,8 @@ def pool_size(app_dir: Path, run_config: str) -> int:
 
     defaults = tomllib.loads((app_dir / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     config = AppConfig.from_run_config({**defaults, **parse_overrides(run_config)})
+    if config.task == "vision":
+        return VISION_CLIENTS
     return len(load_pool(config.water_data()))
 
 
@@ -159,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.supernodes is None:
         args.supernodes = pool_size(Path(args.app), args.run_config)
-        print(f"bouquet: {args.supernodes} SuperNodes, one per household of the pool", flush=True)
+        print(f"bouquet: {args.supernodes} SuperNodes (one per household of the pool, or the vision default)",
+              flush=True)
     federation = f"num-supernodes={args.supernodes} client-resources-num-cpus={args.cpus_per_client:g}"
     with tempfile.TemporaryDirectory(prefix="bouquet-link-") as workdir:
         with local_superlink(Path(workdir)) as link:

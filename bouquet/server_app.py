@@ -1,5 +1,11 @@
 """The bouquet ServerApp: read the run config once, build the strategy, run, write results.
 
+Vision task (``task = "vision"``): the global model is scored centrally on
+the test set after every round (``rounds.jsonl`` phase ``central``), and
+``summary.json`` holds the accuracy curve, C-hat per round and C* (eq. 10)
+for SCKM-Cluster, and the sketch bytes.  Client selection writes
+``selection.csv`` (one row per candidate per round).  Water task:
+
 Each run writes ``<results-dir>/<run-name>/`` (see :mod:`bouquet.results`):
 ``config.json``, ``rounds.jsonl``, ``train_clients.csv``,
 ``evaluate_clients.csv``, ``pool.csv`` (when the data is readable from the
@@ -14,23 +20,28 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from bouquet.algorithms.hk import opinion_trajectory_2d
+from bouquet.algorithms.sckm import average_cardinality
 from bouquet.config import AppConfig
 from bouquet.flower_logging import route_to_flower
+from bouquet.data.images import load_images
 from bouquet.data.water import load_pool
 from bouquet.results import RunRecorder
 from bouquet.strategies.base import Recorder, SeededFedAvg
 from bouquet.strategies.fedprox import SeededFedProx
 from bouquet.strategies.fixed_k import FixedKFedAvg
 from bouquet.strategies.hk import HKFedAvg
+from bouquet.strategies.selection import ClientSelection, selection_strategy
+from bouquet.tasks.vision import accuracy, make_model
 from bouquet.tasks.water import LSTMForecaster
 
 __all__ = ["app", "build_strategy", "evaluate_every_node"]
@@ -41,23 +52,37 @@ app = ServerApp()
 
 
 def build_strategy(config: AppConfig, recorder: Recorder | None = None) -> SeededFedAvg:
-    """The strategy named by ``config.strategy`` (the one seam every strategy goes through)."""
+    """The strategy named by ``config.strategy``, with ``config.selection`` choosing its clients.
+
+    The one seam every strategy goes through: the aggregator (``strategy``)
+    and the client selector (``selection``; ``random`` is the seeded uniform
+    draw of :class:`SeededFedAvg`) compose freely.
+    """
     common: dict[str, Any] = dict(clients_per_round=config.clients_per_round, seed=config.seed,
                                   node_wait_seconds=config.node_wait_seconds, recorder=recorder,
-                                  fraction_evaluate=config.fraction_evaluate, min_evaluate_nodes=1,
-                                  min_available_nodes=1)
+                                  fraction_evaluate=0.0 if config.task == "vision" else config.fraction_evaluate,
+                                  min_evaluate_nodes=1, min_available_nodes=1)
+    host: type[SeededFedAvg]
     if config.strategy == "fedavg" or config.strategy.startswith("perfedavg-"):  # Per-FedAvg: client-side
-        return SeededFedAvg(**common)
-    if config.strategy == "fedprox":
-        return SeededFedProx(proximal_mu=config.proximal_mu, **common)
-    if config.strategy.startswith("hk-"):
-        params = config.hk_params()
-        return HKFedAvg(**dataclasses.asdict(params), record_trajectories=config.hk_record_trajectories,
-                        opinion_space=config.hk_opinion_space, **common)
-    if config.strategy.startswith("fixed-k-"):
-        return FixedKFedAvg(k=config.fixed_k, geometry=config.strategy.removeprefix("fixed-k-"),
-                            barycenter_weighting=config.hk_barycenter_weighting, **common)
-    raise AssertionError(f"strategy {config.strategy!r} passed validation but has no builder")
+        host, extra = SeededFedAvg, {}
+    elif config.strategy == "fedprox":
+        host, extra = SeededFedProx, {"proximal_mu": config.proximal_mu}
+    elif config.strategy.startswith("hk-"):
+        host, extra = HKFedAvg, {**dataclasses.asdict(config.hk_params()),
+                                 "record_trajectories": config.hk_record_trajectories,
+                                 "opinion_space": config.hk_opinion_space}
+    elif config.strategy.startswith("fixed-k-"):
+        host, extra = FixedKFedAvg, {"k": config.fixed_k, "geometry": config.strategy.removeprefix("fixed-k-"),
+                                     "barycenter_weighting": config.hk_barycenter_weighting}
+    else:
+        raise AssertionError(f"strategy {config.strategy!r} passed validation but has no builder")
+    if config.selection == "random":
+        return host(**extra, **common)
+    return selection_strategy(config.selector(), host, mode=config.selection_mode,
+                              sketch_fraction=config.sketch_fraction, sketch_batch_size=config.sketch_batch_size,
+                              candidates_per_round=config.candidates_per_round or None,
+                              query_timeout=config.query_timeout, max_sketch_age=config.max_sketch_age,
+                              **extra, **common)
 
 
 def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float,
@@ -108,19 +133,76 @@ def _write_pool(config: AppConfig, recorder: RunRecorder) -> None:
     log.info("federated pool: %d households (report: %s)", len(pool), recorder.folder / "pool.csv")
 
 
+def central_evaluation(config: AppConfig, recorder: Recorder | None = None
+                       ) -> tuple[torch.nn.Module, Callable[[int, ArrayRecord], MetricRecord]]:
+    """Vision task: the initial model and an ``evaluate_fn`` scoring the global model on the test set."""
+    data = load_images(config.vision_data())
+    torch.manual_seed(config.seed)
+    model = make_model(config.vision_model, data.shape, len(data.classes))
+    scorer = make_model(config.vision_model, data.shape, len(data.classes))
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        scorer.load_state_dict(arrays.to_torch_state_dict())
+        acc, loss = accuracy(scorer, data.x_test, data.y_test)
+        log.info("round %d: central test accuracy %.4f, loss %.4f", server_round, acc, loss)
+        if recorder is not None:
+            recorder.log_round(server_round, "central", {"accuracy": acc, "loss": loss})
+        return MetricRecord({"accuracy": acc, "loss": loss})
+
+    return model, evaluate
+
+
+def _selection_summary(strategy: SeededFedAvg) -> dict[str, Any]:
+    if not isinstance(strategy, ClientSelection):
+        return {"selection": "random"}
+    clusters = [h["clusters"] for h in strategy.history if "clusters" in h]
+    summary: dict[str, Any] = {"selection": strategy.selector.name, "selection-mode": strategy.mode}
+    if clusters:
+        summary |= {"clusters-per-round": clusters, "c-star": average_cardinality(clusters)}
+    sketch = [h["sketch-bytes"] for h in strategy.history if "sketch-bytes" in h]
+    if sketch:
+        summary |= {"sketch-bytes-per-round": float(np.mean(sketch)),
+                    "model-bytes": strategy.history[-1].get("model-bytes")}
+    return summary
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run ``num-server-rounds`` rounds and write the run folder."""
     started = time.time()
     config = AppConfig.from_run_config(context.run_config)
-    recorder = RunRecorder.create(config.results_dir, config.run_name, label=config.strategy)
+    recorder = RunRecorder.create(config.results_dir, config.run_name,
+                                  label=config.strategy if config.selection == "random"
+                                  else f"{config.selection}-{config.strategy}")
     recorder.write_json("config.json", config.to_run_config())
     log.info("bouquet: results in %s", recorder.folder)
-    _write_pool(config, recorder)
+    strategy = build_strategy(config, recorder)
+    if config.task == "vision":
+        _run_vision(grid, config, strategy, recorder, started)
+    else:
+        _run_water(grid, config, strategy, recorder, started)
 
+
+def _run_vision(grid: Grid, config: AppConfig, strategy: SeededFedAvg, recorder: RunRecorder,
+                started: float) -> None:
+    model, evaluate = central_evaluation(config, recorder)
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
+                            num_rounds=config.num_server_rounds, evaluate_fn=evaluate)
+    curve = {int(r): float(m["accuracy"]) for r, m in result.evaluate_metrics_serverapp.items()}
+    summary = {"task": "vision", "strategy": config.strategy, "rounds": config.num_server_rounds,
+               "accuracy-per-round": [curve[r] for r in sorted(curve)],
+               "final-accuracy": curve[max(curve)] if curve else None,
+               **_selection_summary(strategy), "wall-seconds": time.time() - started}
+    recorder.write_json("summary.json", summary)
+    log.info("bouquet summary: vision, %s + %s, %d rounds: final test accuracy %s; %s", summary["selection"],
+             config.strategy, config.num_server_rounds, summary["final-accuracy"], recorder.folder)
+
+
+def _run_water(grid: Grid, config: AppConfig, strategy: SeededFedAvg, recorder: RunRecorder,
+               started: float) -> None:
+    _write_pool(config, recorder)
     torch.manual_seed(config.seed)
     model = LSTMForecaster(config.hidden_size, config.num_layers)
-    strategy = build_strategy(config, recorder)
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
                             num_rounds=config.num_server_rounds)
 
@@ -135,6 +217,7 @@ def main(grid: Grid, context: Context) -> None:
         "mae-litres-mean": float(mae.mean()) if len(mae) else None,
         "mae-litres-std": float(mae.std()) if len(mae) else None,
         "mse-mean": float(mse.mean()) if len(mse) else None,
+        **_selection_summary(strategy),
         "wall-seconds": time.time() - started,
     }
     recorder.write_json("summary.json", summary)

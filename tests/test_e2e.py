@@ -98,3 +98,56 @@ def test_baseline_strategies_run_end_to_end(tmp_path, strategy):
     assert [r["replies"] for r in rounds if r["phase"] == "train"] == [3, 3]
     if strategy.startswith("fixed-k"):
         assert all(r["coalitions"] == 2 for r in rounds if r["phase"] == "train")
+
+
+def _rounds(folder):
+    return [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+
+
+def test_vision_sckm_cluster_with_hk_aggregation_on_digit_shards(tmp_path):
+    """SCKM-Cluster chooses, HK cosine aggregates: one run-config change on the vision task."""
+    folder, stdout = run_app(tmp_path, 'task="vision" selection="sckm-cluster" strategy="hk-cosine" '
+                                       "num-server-rounds=2 clients-per-round=3 shards-per-client=1", supernodes=6)
+    assert "sckm-cluster selected 3 of 6 candidates" in stdout and "HK cosine tau=0.75 -> K=" in stdout
+    rounds = _rounds(folder)
+    select = [r for r in rounds if r["phase"] == "select"]
+    train = [r for r in rounds if r["phase"] == "train"]
+    central = [r for r in rounds if r["phase"] == "central"]
+    assert [r["round"] for r in select] == [1, 2] and all(r["candidates"] == 6 for r in select)
+    assert all(r["query-failed"] == [] and 0 < r["sketch-over-model"] < 0.02 for r in select)
+    assert all(sum(r["cluster-budgets"]) == 3 and 1 <= r["clusters"] <= 3 for r in select)
+    for sel, tr in zip(select, train):
+        assert tr["replies"] == 3 and tr["rejected"] == 0
+    assert [r["round"] for r in central] == [0, 1, 2] and all(0 <= r["accuracy"] <= 1 for r in central)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["clusters-per-round"] == [r["clusters"] for r in select]
+    assert summary["c-star"] == int(np.floor(np.mean(summary["clusters-per-round"])))
+    assert len(summary["accuracy-per-round"]) == 3
+    selection = pd.read_csv(folder / "selection.csv")
+    assert len(selection) == 12 and selection.groupby("round")["selected"].sum().tolist() == [3, 3]
+    coalitions = pd.read_csv(folder / "coalitions.csv")
+    for r in (1, 2):  # HK aggregated exactly the nodes SCKM-Cluster selected
+        chosen = set(selection[(selection["round"] == r) & selection["selected"]]["node_id"].astype("uint64"))
+        assert set(coalitions[coalitions["round"] == r]["node_id"].astype("uint64")) == chosen
+
+
+def test_vision_piggyback_selection_explores_then_reuses_sketches(tmp_path):
+    folder, stdout = run_app(tmp_path, 'task="vision" selection="sckm-select" selection-mode="piggyback" '
+                                       'strategy="fedavg" num-server-rounds=3 clients-per-round=2', supernodes=4)
+    select = [r for r in _rounds(folder) if r["phase"] == "select"]
+    assert [r["explored"] for r in select[:2]] == [2, 2]  # 4 unseen nodes: two rounds of exploration
+    assert select[2]["explored"] == 0 and len(select[2]["selected"]) == 2
+    assert "query-seconds" not in select[2]  # no extra round trip
+
+
+def test_sckm_selection_drops_into_a_foreign_torch_app(tmp_path):
+    """A torch app that is not ours adopts SCKM-Select: one strategy line + one client registration."""
+    with local_superlink(tmp_path / "link") as link:
+        done = link.flwr_run(ROOT / "tests" / "foreign_sketch_app", federation_config="num-supernodes=4")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    lines = [line.split("FOREIGN-SKETCH-ROUND", 1)[1].split() for line in output.splitlines()
+             if "FOREIGN-SKETCH-ROUND" in line]
+    assert [int(parts[0]) for parts in lines] == [1, 2]
+    assert all(int(parts[1]) == 2 and int(parts[2]) == 4 * 2 * 4 for parts in lines)  # 4 nodes x 2 layers x 4 B
+    assert "FOREIGN-SKETCH-FINAL True" in output

@@ -132,15 +132,20 @@ class SeededFedAvg(FedAvg):
         self._sent_arrays: ArrayRecord | None = None
 
     # ----------------------------------------------------------------- sampling
-    def sample_nodes(self, grid: Grid, server_round: int, count: int) -> list[int]:
-        """``count`` node ids drawn with ``default_rng([seed, server_round])`` from the sorted connected ids."""
+    def wait_for_nodes(self, grid: Grid, server_round: int, count: int) -> list[int]:
+        """Sorted connected node ids, after waiting up to ``node_wait_seconds`` for ``count`` of them."""
         deadline = time.monotonic() + self.node_wait_seconds
         while len(nodes := sorted(grid.get_node_ids())) < count and time.monotonic() < deadline:
             time.sleep(0.5)
         if len(nodes) < count:
-            log.warning("round %d: only %d nodes connected, %d requested; sampling all of them",
+            log.warning("round %d: only %d nodes connected, %d requested; using all of them",
                         server_round, len(nodes), count)
-            count = len(nodes)
+        return nodes
+
+    def sample_nodes(self, grid: Grid, server_round: int, count: int) -> list[int]:
+        """``count`` node ids drawn with ``default_rng([seed, server_round])`` from the sorted connected ids."""
+        nodes = self.wait_for_nodes(grid, server_round, count)
+        count = min(count, len(nodes))
         rng = np.random.default_rng([self.seed, server_round])
         picked = rng.choice(len(nodes), size=count, replace=False)  # node ids are uint64: draw positions
         return sorted(nodes[int(k)] for k in picked)
@@ -174,7 +179,10 @@ class SeededFedAvg(FedAvg):
             The new global arrays and scalar metrics of the aggregation
             (logged and recorded with the round).
         """
-        return aggregate_arrayrecords(replies, self.weighted_by_key), {}
+        # only the model record is averaged (a reply may carry more, e.g. a gradient sketch)
+        models = [RecordDict({self.arrayrecord_key: r.array_records[self.arrayrecord_key],
+                              "metrics": next(iter(r.metric_records.values()))}) for r in replies]
+        return aggregate_arrayrecords(models, self.weighted_by_key), {}
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -212,8 +220,9 @@ class SeededFedAvg(FedAvg):
         rows = []
         for msg in replies:
             row: dict[str, Any] = {"round": server_round, "node_id": msg.metadata.src_node_id}
-            for record in msg.content.config_records.values():
-                row.update(dict(record))
+            for name, record in msg.content.config_records.items():
+                if not name.startswith("sketch"):  # sketch metadata is reported by the selection strategy
+                    row.update(dict(record))
             for record in msg.content.metric_records.values():
                 row.update(dict(record))
             rows.append(row)

@@ -1,0 +1,133 @@
+"""Vision data (digits, ImageFolder, shards, Dirichlet) and the vision task (models, SGD, sketches)."""
+
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+
+from bouquet.algorithms.sckm import sketch_indices
+from bouquet.data.images import (VisionDataConfig, dirichlet_partition, load_images, partition,
+                                 shard_partition)
+from bouquet.tasks.vision import (VisionTrainSettings, accuracy, batch_at, gradient_sketch, make_model,
+                                  train_batches)
+
+
+def test_digits_load_offline_as_bytes_with_a_stratified_split():
+    data = load_images(VisionDataConfig())
+    assert data.x_train.dtype == np.uint8 and data.shape == (1, 8, 8)
+    assert len(data.y_train) + len(data.y_test) == 1797 and len(data.classes) == 10
+    train_share = np.bincount(data.y_train) / np.bincount(data.y_train + 0).sum()
+    test_share = np.bincount(data.y_test) / len(data.y_test)
+    np.testing.assert_allclose(train_share, test_share, atol=0.01)
+    assert data.x_train.max() == 255
+
+
+def test_shards_follow_the_paper():
+    labels = np.repeat(np.arange(10), 60)  # 600 samples, 10 classes
+    parts = shard_partition(labels, num_clients=10, shards_per_client=1, rng=np.random.default_rng(0))
+    # S = 1 with class-aligned shards: every client holds one class, all distinct
+    assert sorted(len(set(labels[p])) for p in parts) == [1] * 10
+    assert sorted(int(labels[p][0]) for p in parts) == list(range(10))
+    parts = shard_partition(labels, num_clients=10, shards_per_client=2, rng=np.random.default_rng(1))
+    flat = np.concatenate(parts)
+    assert len(flat) == len(set(flat.tolist())) == 600  # disjoint and complete (600 = 20 shards x 30)
+    assert all(len(p) == 60 for p in parts) and all(len(set(labels[p])) <= 2 for p in parts)
+    again = shard_partition(labels, 10, 2, np.random.default_rng(1))
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+    with pytest.raises(ValueError, match="shards need"):
+        shard_partition(labels[:5], 10, 1, np.random.default_rng(0))
+
+
+def test_dirichlet_covers_everything_once_and_skews_labels():
+    labels = np.repeat(np.arange(5), 100)
+    parts = dirichlet_partition(labels, 10, 0.1, np.random.default_rng(0), min_size=5)
+    flat = np.concatenate(parts)
+    assert sorted(flat.tolist()) == list(range(500)) and min(len(p) for p in parts) >= 5
+    dominant = [np.bincount(labels[p], minlength=5).max() / len(p) for p in parts]
+    assert np.mean(dominant) > 0.5  # alpha = 0.1: most clients are dominated by one class
+    cfg = VisionDataConfig(partitioner="dirichlet", dirichlet_alpha=100.0)
+    even = partition(labels, 4, cfg)
+    assert all(abs(len(p) - 125) < 40 for p in even)
+
+
+def _image_folder(root, size=(6, 6), classes=("cat", "ant"), per=3):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for name in classes:
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(per):
+                Image.fromarray(rng.integers(0, 255, size=(*size, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+
+
+def test_image_folder_and_its_tarball_load_with_sorted_classes(tmp_path):
+    _image_folder(tmp_path / "imgs")
+    data = load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "imgs")))
+    assert data.classes == ("ant", "cat") and data.x_train.shape == (6, 3, 6, 6)
+    assert np.bincount(data.y_train).tolist() == [3, 3]
+    again = load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "imgs")))  # from the cache
+    np.testing.assert_array_equal(again.x_test, data.x_test)
+    with tarfile.open(tmp_path / "imgs.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "imgs", arcname="my-images")
+    packed = load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "imgs.tar.gz")))
+    np.testing.assert_array_equal(packed.x_train, data.x_train)
+
+
+def test_image_folder_errors_are_clear(tmp_path):
+    with pytest.raises(ValueError, match="needs vision-data-path"):
+        VisionDataConfig(dataset="imagefolder")
+    with pytest.raises(FileNotFoundError):
+        load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "nope")))
+    (tmp_path / "x" / "train" / "a").mkdir(parents=True)
+    with pytest.raises(ValueError, match="no 'test' folder"):
+        load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "x")))
+    with pytest.raises(ValueError, match="partitioner"):
+        VisionDataConfig(partitioner="iid")
+
+
+def test_models_have_the_documented_sizes_and_refuse_wrong_inputs():
+    cnn = make_model("cnn", (1, 8, 8), 10)
+    assert cnn(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
+    vgg = make_model("vgg16", (3, 32, 32), 10)
+    n_params = sum(p.numel() for p in vgg.parameters())
+    assert 14.5e6 < n_params < 15.0e6  # 13 conv layers of VGG-16 "D" + 512 -> 10
+    assert sum(isinstance(m, torch.nn.Conv2d) for m in vgg.modules()) == 13
+    assert vgg(torch.zeros(1, 3, 32, 32)).shape == (1, 10)
+    with pytest.raises(ValueError, match="32 x 32"):
+        make_model("vgg16", (1, 8, 8), 10)
+    with pytest.raises(ValueError, match="vision-model"):
+        make_model("resnet", (1, 8, 8), 10)
+
+
+def test_local_sgd_learns_the_digits():
+    torch.manual_seed(0)
+    data = load_images(VisionDataConfig())
+    model = make_model("cnn", data.shape, 10)
+    before, _ = accuracy(model, data.x_test, data.y_test)
+    train_batches(model, data.x_train, data.y_train, VisionTrainSettings(120, 32, 0.05, 0.9), np.random.default_rng(0))
+    after, _ = accuracy(model, data.x_test, data.y_test)
+    assert after > 0.8 and before < 0.3
+
+
+def test_sketch_is_the_gradient_at_the_shared_coordinates():
+    torch.manual_seed(0)
+    model = make_model("cnn", (1, 8, 8), 10)
+    data = load_images(VisionDataConfig())
+    batch = batch_at(data.x_train, data.y_train, 16, np.random.default_rng(0))
+    sketch, loss, sizes = gradient_sketch(model, batch, 0.05, [3, 1])
+    model.zero_grad()
+    full_loss = torch.nn.functional.cross_entropy(model(batch[0]), batch[1])
+    full_loss.backward()
+    params = list(model.parameters())
+    picks = sketch_indices([p.numel() for p in params], 0.05, [3, 1])
+    expected = np.concatenate([p.grad.reshape(-1).numpy()[i] for p, i in zip(params, picks)])
+    np.testing.assert_allclose(sketch, expected, rtol=1e-5, atol=1e-7)
+    assert loss == pytest.approx(float(full_loss)) and sizes == [len(i) for i in picks]
+    # another client with other data samples the same coordinates in the same round
+    other = batch_at(data.x_train[::-1].copy(), data.y_train[::-1].copy(), 16, np.random.default_rng(1))
+    sketch2, _, sizes2 = gradient_sketch(model, other, 0.05, [3, 1])
+    assert sizes2 == sizes and sketch2.shape == sketch.shape and not np.allclose(sketch2, sketch)
+    assert len(sketch) == sum(max(1, round(0.05 * p.numel())) for p in params)
