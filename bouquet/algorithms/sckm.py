@@ -142,25 +142,44 @@ def sckm_matrix(sketches: np.ndarray) -> np.ndarray:
     return (cross + cross.T) / g.shape[1]
 
 
-def sckm_eta(sketches: np.ndarray) -> np.ndarray:
+def sckm_eta(sketches: np.ndarray, block_rows: int | None = None) -> np.ndarray:
     """Eq. (9): each client's mean SCKM to the other K-1, in O(K d').
 
     With column sums ``P = sum_k g_k`` and ``Q = sum_k g_k**2``,
-    ``sum_{k' != k} SCKM(g_k, g_k') = (g_k . Q + g_k**2 . P - 2 sum g_k**3) / d'``:
-    the self term ``2 mean(g_k**3)`` is removed instead of building the matrix.
+    ``sum_{k' != k} SCKM(g_k, g_k') = g_k . Q + sum_i g_ki**2 (P_i - 2 g_ki)``
+    (all over d'): the self term ``2 mean(g_k**3)`` is removed instead of
+    building the K x K matrix.  Two passes over ``G`` in blocks of
+    ``block_rows`` rows (default: about 2 MB of float64 per block, so the
+    temporaries stay in cache; float32 sketches are never copied whole).
 
     Raises
     ------
     ValueError
-        Fewer than two clients (the mean over others is undefined).
+        Fewer than two clients (the mean over others is undefined), or
+        non-finite values.
     """
-    g = _as_sketches(sketches)
+    g = np.asarray(sketches)
+    if g.ndim != 2 or g.shape[1] < 1:
+        raise ValueError(f"sketches must be a (clients, coordinates) matrix, got shape {g.shape}")
     k, d = g.shape
     if k < 2:
         raise ValueError("eta needs at least two clients")
-    g2 = np.square(g)
-    total = g @ g2.sum(axis=0) + g2 @ g.sum(axis=0) - 2.0 * (g2 * g).sum(axis=1)
-    return total / (d * (k - 1))
+    rows = block_rows or max(1, 250_000 // d)
+    p = np.zeros(d)
+    q = np.zeros(d)
+    for start in range(0, k, rows):
+        block = g[start:start + rows].astype(np.float64, copy=False)
+        if not np.isfinite(block).all():
+            raise ValueError("sketches contain non-finite values")
+        p += block.sum(axis=0)
+        q += np.einsum("ij,ij->j", block, block)
+    eta = np.empty(k)
+    for start in range(0, k, rows):
+        block = g[start:start + rows].astype(np.float64, copy=False)
+        weighted = p - 2.0 * block
+        weighted *= block  # g (P - 2 g)
+        eta[start:start + rows] = block @ q + np.einsum("ij,ij->i", weighted, block)
+    return eta / (d * (k - 1))
 
 
 def _offdiagonal_range(scores: np.ndarray) -> tuple[float, float]:
