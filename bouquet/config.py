@@ -46,7 +46,9 @@ class AppConfig:
 
     Server: ``num-server-rounds`` (T), ``clients-per-round`` (S),
     ``fraction-evaluate``, ``strategy``, ``seed``, ``results-dir``,
-    ``run-name``, ``node-wait-seconds``.
+    ``run-name``, ``node-wait-seconds``, ``round-timeout`` (seconds the server
+    waits for a round's replies; a node that has not answered by then is
+    reported lost and the round goes on without it).
     Client training: ``local-epochs`` (E), ``learning-rate``, ``batch-size``,
     ``hidden-size``, ``num-layers``.
     Data: ``data-source``, ``data-path``, ``data-seed``,
@@ -84,6 +86,7 @@ class AppConfig:
     results_dir: str = "results"
     run_name: str = ""
     node_wait_seconds: float = 30.0
+    round_timeout: float = 3600.0
     local_epochs: int = 5
     learning_rate: float = 1e-3
     batch_size: int = 32
@@ -154,6 +157,8 @@ class AppConfig:
             raise ConfigError(f"fraction-evaluate must be in [0, 1], got {self.fraction_evaluate}")
         if self.node_wait_seconds < 0:
             raise ConfigError(f"node-wait-seconds must be >= 0, got {self.node_wait_seconds}")
+        if self.round_timeout <= 0:
+            raise ConfigError(f"round-timeout must be > 0, got {self.round_timeout}")
         try:  # the nested configs validate their own ranges
             self.water_data(self.data_path or "given-per-node")  # deployment: each node names its file
             self.train_settings()

@@ -28,6 +28,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from bouquet.launch import _bin, free_port, offline_env
 
 __all__ = ["Deployment", "deployment", "make_certificates", "make_node_key", "split_households", "start_supernode",
@@ -204,6 +206,60 @@ def deployment(workdir: Path, secure: bool = True, startup_seconds: float = 60) 
         yield deploy
 
 
+def export_synthetic_households(folder: Path, count: int, seed: int = 0, households: int = 1099) -> list[Path]:
+    """The first ``count`` synthetic households of the pool, each as a DAIAD-format CSV (hourly readings).
+
+    Lets a deployment (and the Docker stack) give every node a file with only
+    its own household without the DAIAD release: the node reads it exactly as
+    it would read its meter export.
+    """
+    import pandas as pd
+
+    from bouquet.config import AppConfig
+    from bouquet.data.synthetic import generate_household
+    from bouquet.data.water import load_pool
+
+    config = AppConfig.from_run_config({"data-seed": seed, "synthetic-households": households})
+    pool = load_pool(config.water_data())
+    if count > len(pool):
+        raise ValueError(f"{count} households requested, the synthetic pool has {len(pool)}")
+    folder.mkdir(parents=True, exist_ok=True)
+    synthetic = config.water_data().synthetic
+    paths = []
+    for member in pool.households[:count]:
+        house = generate_household(int(member.household_id.removeprefix("syn-")), synthetic)
+        hours = house.first_day.astype("datetime64[h]") + np.arange(len(house.hourly)).astype("timedelta64[h]")
+        frame = pd.DataFrame({"user key": house.household_id,
+                              "datetime": pd.to_datetime(hours).strftime("%d/%m/%Y %H:%M:%S"),
+                              "meter reading": np.cumsum(house.hourly).astype(np.int64),
+                              "diff": house.hourly.astype(np.int64)})
+        path = folder / f"{house.household_id}.csv"
+        frame.to_csv(path, sep=";", index=False)
+        paths.append(path)
+    return paths
+
+
+def node_files(folder: Path, count: int, daiad: Path | None = None) -> list[Path]:
+    """``node-K.csv`` for K < count in ``folder``: one household each, from ``daiad`` or synthetic."""
+    if daiad is not None:
+        from bouquet.config import AppConfig
+        from bouquet.data.water import load_pool
+
+        config = AppConfig.from_run_config({"data-source": "daiad", "data-path": str(Path(daiad).resolve()),
+                                            "min-history-days": 300, "active-factor": 0.0})
+        households = [h.household_id for h in load_pool(config.water_data()).households[:count]]
+        sources = split_households(Path(daiad), folder / "by-household", households)
+    else:
+        sources = export_synthetic_households(folder / "by-household", count)
+    paths = []
+    for k, source in enumerate(sources):
+        target = folder / f"node-{k}.csv"
+        source.replace(target)
+        paths.append(target)
+    (folder / "by-household").rmdir()
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m bouquet.deploy``: SuperLink + N SuperNodes on 127.0.0.1, run the app, stop everything."""
     import argparse
@@ -216,7 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--daiad", default=None, help="DAIAD file: each node gets a file with only its household")
     parser.add_argument("--run-config", default="", help="overrides, e.g. 'num-server-rounds=2 clients-per-round=3'")
     parser.add_argument("--workdir", default=None, help="keep certificates, keys, logs here (default: temporary)")
+    parser.add_argument("--households-only", metavar="DIR", default=None,
+                        help="only write DIR/node-K.csv (one household per node, from --daiad or synthetic) and exit;"
+                             " the Docker stack mounts these")
     args = parser.parse_args(argv)
+    if args.households_only:
+        paths = node_files(Path(args.households_only), args.nodes, Path(args.daiad) if args.daiad else None)
+        print("\n".join(str(p) for p in paths))
+        return 0
     with ExitStack() as stack:
         workdir = Path(args.workdir) if args.workdir else Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="bouquet-deploy-")))

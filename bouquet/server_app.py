@@ -187,7 +187,7 @@ def _run_vision(grid: Grid, config: AppConfig, strategy: SeededFedAvg, recorder:
                 started: float) -> None:
     model, evaluate = central_evaluation(config, recorder)
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
-                            num_rounds=config.num_server_rounds, evaluate_fn=evaluate)
+                            num_rounds=config.num_server_rounds, timeout=config.round_timeout, evaluate_fn=evaluate)
     curve = {int(r): float(m["accuracy"]) for r, m in result.evaluate_metrics_serverapp.items()}
     summary = {"task": "vision", "strategy": config.strategy, "rounds": config.num_server_rounds,
                "accuracy-per-round": [curve[r] for r in sorted(curve)],
@@ -204,11 +204,11 @@ def _run_water(grid: Grid, config: AppConfig, strategy: SeededFedAvg, recorder: 
     torch.manual_seed(config.seed)
     model = LSTMForecaster(config.hidden_size, config.num_layers)
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
-                            num_rounds=config.num_server_rounds)
+                            num_rounds=config.num_server_rounds, timeout=config.round_timeout)
 
     if isinstance(strategy, HKFedAvg) and strategy.record_trajectories:
         write_trajectories(strategy, recorder.folder / "trajectories")
-    rows = evaluate_every_node(grid, result.arrays, timeout=3600, recorder=recorder)
+    rows = evaluate_every_node(grid, result.arrays, timeout=config.round_timeout, recorder=recorder)
     recorder.append_rows("clients", rows)
     mae = np.array([r["mae-litres"] for r in rows])
     mse = np.array([r["mse"] for r in rows])

@@ -1,6 +1,7 @@
 """Deployment with real processes on 127.0.0.1: SuperLink + SuperNodes with TLS and SuperNode auth."""
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -55,3 +56,44 @@ def test_insecure_mode_is_explicit(tmp_path):
         assert "insecure = true" in (deploy.flwr_home / "config.toml").read_text()
         start_supernode(deploy, 0)
         assert wait_for_nodes(deploy, 1) == 1
+
+
+def test_a_supernode_killed_mid_round_does_not_stop_the_run(tmp_path):
+    """Node 2 dies while training round 1: the round completes with nodes 0 and 1 and the log names node 2."""
+    import re
+    import signal
+    import subprocess
+    import threading
+
+    with deployment(tmp_path, secure=False) as deploy:
+        for partition in range(3):
+            start_supernode(deploy, partition)
+        assert wait_for_nodes(deploy, 3) == 3
+        outcome = {}
+        runner = threading.Thread(target=lambda: outcome.update(done=deploy.run(
+            ROOT, run_config=f'strategy="fedavg" num-server-rounds=1 clients-per-round=3 round-timeout=300 '
+                             f'node-wait-seconds=0 {SMALL} results-dir="{tmp_path / "results"}" run-name="drop"')))
+        runner.start()
+        victim_log = tmp_path / "supernode-2.log"
+        deadline = time.monotonic() + 300
+        while "Receiving: train message" not in victim_log.read_text():
+            assert time.monotonic() < deadline and runner.is_alive(), "node 2 never got a training message"
+            time.sleep(0.2)
+        victim = deploy.supernodes.pop(2)
+        os.killpg(victim.pid, signal.SIGKILL)  # the edge box loses power mid-round
+        victim.wait()
+        runner.join(timeout=900)
+    done = outcome["done"]
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    lost_id = int(re.search(r"SuperNode ID: (\d+)", victim_log.read_text()).group(1))
+    # the SuperLink notices the node offline (two missed heartbeats, about a minute) and answers for it;
+    # the strategy names the node it had sent the message to
+    assert f"round 1: node {lost_id} was sent a training message but never replied" in output, output[-4000:]
+    folder = tmp_path / "results" / "drop"
+    train = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+    train = [r for r in train if r["phase"] == "train"]
+    assert train[0]["replies"] == 2 and train[0]["lost-nodes"] == [lost_id] and train[0]["rejected-nodes"] == []
+    assert len(train) == 1 and json.loads((folder / "summary.json").read_text())["clients-evaluated"] == 2
+    clients = pd.read_csv(folder / "clients.csv")
+    assert sorted(clients["partition-id"]) == [0, 1]

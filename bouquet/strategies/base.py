@@ -130,6 +130,7 @@ class SeededFedAvg(FedAvg):
         self.node_wait_seconds = node_wait_seconds
         self.recorder = recorder
         self._sent_arrays: ArrayRecord | None = None
+        self._expected: list[int] = []  # nodes sent a training message this round
 
     # ----------------------------------------------------------------- sampling
     def wait_for_nodes(self, grid: Grid, server_round: int, count: int) -> list[int]:
@@ -154,13 +155,17 @@ class SeededFedAvg(FedAvg):
                         grid: Grid) -> Iterable[Message]:
         self._sent_arrays = arrays
         if self.clients_per_round is None:
-            return super().configure_train(server_round, arrays, config, grid)
-        node_ids = self.sample_nodes(grid, server_round, self.clients_per_round)
-        log.info("configure_train: sampled %d nodes (seed %d, round %d)", len(node_ids), self.seed, server_round)
-        # Flower's own configure_train (and that of any FedAvg subclass mixed in after this class, e.g.
-        # FedProx adding "proximal-mu") builds the messages; it sees only the sampled nodes and takes them all.
-        return super().configure_train(server_round, arrays, ConfigRecord(dict(config)),
-                                       _NodeSubset(grid, node_ids))
+            messages = list(super().configure_train(server_round, arrays, config, grid))
+        else:
+            node_ids = self.sample_nodes(grid, server_round, self.clients_per_round)
+            log.info("configure_train: sampled %d nodes (seed %d, round %d)", len(node_ids), self.seed,
+                     server_round)
+            # Flower's own configure_train (and that of any FedAvg subclass mixed in after this class, e.g.
+            # FedProx adding "proximal-mu") builds the messages; it sees only the sampled nodes and takes all.
+            messages = list(super().configure_train(server_round, arrays, ConfigRecord(dict(config)),
+                                                    _NodeSubset(grid, node_ids)))
+        self._expected = [m.metadata.dst_node_id for m in messages]
+        return messages
 
     # -------------------------------------------------------------- aggregation
     def aggregate_arrays(self, server_round: int, replies: list[RecordDict],
@@ -188,10 +193,24 @@ class SeededFedAvg(FedAvg):
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
         usable, rejected = screen_replies(replies, self._sent_arrays, self.arrayrecord_key)
-        log.info("aggregate_train: %d usable replies, %d rejected", len(usable), len(rejected))
+        # The SuperLink answers for a node it saw go offline with an error reply whose source is not that
+        # node (Flower 1.42 puts its own id there): such a node counts as lost, named by the id it was sent to.
+        expected = set(self._expected)
+        rejected = [(n, why) for n, why in rejected if n in expected or not expected]
+        answered = {m.metadata.src_node_id for m in replies}
+        lost = [n for n in self._expected if n not in answered]
+        log.info("aggregate_train: %d usable replies, %d rejected, %d lost", len(usable), len(rejected), len(lost))
         for node, reason in rejected:
             log.warning("round %d: reply of node %d excluded: %s", server_round, node, reason)
+        for node in lost:
+            log.warning("round %d: node %d was sent a training message but never replied (lost, or slower "
+                        "than the round timeout); the round goes on with the others", server_round, node)
         if not usable:
+            log.warning("round %d: no usable training reply; the global model stays as it was", server_round)
+            if self.recorder is not None:
+                self.recorder.log_round(server_round, "train", {
+                    "replies": 0, "rejected": len(rejected), "rejected-nodes": [n for n, _ in rejected],
+                    "lost-nodes": lost})
             return None, None
         contents = [m.content for m in usable]
         node_ids = [m.metadata.src_node_id for m in usable]
@@ -203,7 +222,7 @@ class SeededFedAvg(FedAvg):
             self.recorder.append_rows("train_clients", self._client_rows(server_round, usable))
             self.recorder.log_round(server_round, "train", {
                 **dict(metrics), **report, "replies": len(usable), "rejected": len(rejected),
-                "rejected-nodes": [n for n, _ in rejected], "aggregation-seconds": elapsed})
+                "rejected-nodes": [n for n, _ in rejected], "lost-nodes": lost, "aggregation-seconds": elapsed})
         return arrays, metrics
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
