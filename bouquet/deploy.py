@@ -43,8 +43,12 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
     return done
 
 
-def make_certificates(folder: Path, address: str = "127.0.0.1", days: int = 365) -> dict[str, Path]:
-    """A private CA and a server key/certificate signed by it, with ``address`` as IP SAN (openssl)."""
+def make_certificates(folder: Path, address: str | list[str] = "127.0.0.1", days: int = 365) -> dict[str, Path]:
+    """A private CA and a server key/certificate signed by it, valid for ``address`` (openssl).
+
+    ``address`` is one name or IP, or a list (e.g. ``["127.0.0.1", "superlink"]`` for the Docker stack);
+    IPs become IP SANs, names DNS SANs.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     ca_key, ca_crt = folder / "ca.key", folder / "ca.crt"
     key, csr, crt = folder / "server.key", folder / "server.csr", folder / "server.pem"
@@ -53,7 +57,8 @@ def make_certificates(folder: Path, address: str = "127.0.0.1", days: int = 365)
     _run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
           "-subj", "/CN=bouquet-superlink"])
     extensions = folder / "server.ext"
-    san = f"IP:{address}" if address.replace(".", "").isdigit() else f"DNS:{address}"
+    names = [address] if isinstance(address, str) else list(address)
+    san = ", ".join(f"IP:{a}" if a.replace(".", "").isdigit() else f"DNS:{a}" for a in names)
     extensions.write_text(f"subjectAltName = {san}\nbasicConstraints = CA:FALSE\n"
                           "keyUsage = digitalSignature, keyEncipherment\nextendedKeyUsage = serverAuth\n")
     _run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key), "-CAcreateserial",
@@ -275,7 +280,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--households-only", metavar="DIR", default=None,
                         help="only write DIR/node-K.csv (one household per node, from --daiad or synthetic) and exit;"
                              " the Docker stack mounts these")
+    parser.add_argument("--credentials-only", metavar="DIR", default=None,
+                        help="only write DIR/certificates (CA + SuperLink certificate for --address) and "
+                             "DIR/keys/node<K>[.pub] for --nodes SuperNodes, then exit (for docker/compose.tls.yml)")
+    parser.add_argument("--address", nargs="+", default=["127.0.0.1", "superlink"],
+                        help="names/IPs the SuperLink certificate is valid for (with --credentials-only)")
     args = parser.parse_args(argv)
+    if args.credentials_only:
+        folder = Path(args.credentials_only)
+        made = make_certificates(folder / "certificates", args.address)
+        keys = [make_node_key(folder / "keys", f"node{k}")[1] for k in range(args.nodes)]
+        print("\n".join(str(p) for p in [*made.values(), *keys]))
+        return 0
     if args.households_only:
         paths = node_files(Path(args.households_only), args.nodes, Path(args.daiad) if args.daiad else None)
         print("\n".join(str(p) for p in paths))
