@@ -84,10 +84,12 @@ class LocalSuperLink:
 
 @contextmanager
 def local_superlink(workdir: Path, simulation: bool = True, extra_args: list[str] | None = None,
-                    startup_seconds: float = 60) -> Iterator[LocalSuperLink]:
+                    startup_seconds: float = 60, env: dict[str, str] | None = None) -> Iterator[LocalSuperLink]:
     """Start ``flower-superlink`` on 127.0.0.1 (simulation runtime by default); stop it on exit.
 
-    ``workdir`` receives the ``FLWR_HOME``, the state database and the log.
+    ``workdir`` receives the ``FLWR_HOME``, the state database and the log.  ``env`` adds variables to
+    the SuperLink's environment, e.g. ``{"RAY_ADDRESS": "head:6379"}`` so that simulations join an
+    existing Ray cluster instead of starting a private one (docs/DEPLOY.md, "Scale-out").
     """
     workdir = Path(workdir)
     flwr_home = workdir / "flwr-home"
@@ -102,8 +104,8 @@ def local_superlink(workdir: Path, simulation: bool = True, extra_args: list[str
         command.append("--simulation")
     command += extra_args or []
     log = open(workdir / "superlink.log", "w")
-    process = subprocess.Popen(command, env=offline_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    process = subprocess.Popen(command, env={**offline_env(flwr_home), **(env or {})}, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
     link = LocalSuperLink(process, port, flwr_home)
     try:
         deadline = time.monotonic() + startup_seconds
@@ -165,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="simulated SuperNodes (households); default: the size of the federated pool")
     parser.add_argument("--cpus-per-client", type=float, default=1.0)
     parser.add_argument("--run-config", default="", help="overrides, e.g. 'num-server-rounds=5 seed=1'")
+    parser.add_argument("--ray-address", default=None,
+                        help="join this existing Ray cluster (head:port) instead of starting a private Ray")
     args = parser.parse_args(argv)
     if args.supernodes is None:
         args.supernodes = pool_size(Path(args.app), args.run_config)
@@ -172,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     federation = f"num-supernodes={args.supernodes} client-resources-num-cpus={args.cpus_per_client:g}"
     with tempfile.TemporaryDirectory(prefix="bouquet-link-") as workdir:
-        with local_superlink(Path(workdir)) as link:
+        env = {"RAY_ADDRESS": args.ray_address} if args.ray_address else None
+        with local_superlink(Path(workdir), env=env) as link:
             print(f"bouquet: private SuperLink on 127.0.0.1:{link.port} (pid {link.process.pid})", flush=True)
             done = link.flwr_run(Path(args.app), args.run_config, federation, timeout=None, capture=False)
     return done.returncode

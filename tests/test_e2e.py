@@ -151,3 +151,52 @@ def test_sckm_selection_drops_into_a_foreign_torch_app(tmp_path):
     assert [int(parts[0]) for parts in lines] == [1, 2]
     assert all(int(parts[1]) == 2 and int(parts[2]) == 4 * 2 * 4 for parts in lines)  # 4 nodes x 2 layers x 4 B
     assert "FOREIGN-SKETCH-FINAL True" in output
+
+
+def test_simulation_joins_an_existing_ray_cluster(tmp_path):
+    """Scale-out on one machine: a Ray head started separately; the simulation connects to it as a driver."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from bouquet.launch import free_port
+
+    import shutil
+    import tempfile
+
+    port = free_port()
+    ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # Ray's socket paths must stay under 108 bytes
+    head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+                             "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "2",
+                             "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(ray_dir)],
+                            stdout=open(tmp_path / "ray-head.log", "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(ray_dir.glob("session_*/logs/raylet.out")):
+            assert head.poll() is None and time.monotonic() < deadline, (tmp_path / "ray-head.log").read_text()
+            time.sleep(0.5)
+        time.sleep(3)
+        results = tmp_path / "results"
+        with local_superlink(tmp_path / "link", env={"RAY_ADDRESS": f"127.0.0.1:{port}"}) as link:
+            done = link.flwr_run(ROOT, run_config='strategy="fedavg" num-server-rounds=1 clients-per-round=2 '
+                                                  "local-epochs=1 synthetic-households=150 active-factor=0.5 "
+                                                  f'results-dir="{results}" run-name="ray"',
+                                 federation_config="num-supernodes=2 client-resources-num-cpus=1")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "bouquet summary: fedavg, 1 rounds, 2 clients" in done.stdout
+        # the simulation ran as a driver of OUR head: its driver and worker logs are in the head's session
+        logs = [p.name for p in ray_dir.glob("session_*/logs/*")]
+        assert any(name.startswith("python-core-driver-") for name in logs), sorted(logs)[:20]
+        assert head.poll() is None  # the cluster outlives the run
+    finally:
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGTERM)
+            try:
+                head.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(head.pid, signal.SIGKILL)
+                head.wait()
+        shutil.rmtree(ray_dir, ignore_errors=True)
