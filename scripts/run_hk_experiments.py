@@ -15,41 +15,22 @@ run again.  Figures and tables: ``scripts/hk_figures.py``.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
-import time
-import tomllib
 from pathlib import Path
 
-from bouquet.launch import local_superlink, pool_size
+from bouquet.experiments import Job, load_layer, run_jobs, toml_value
+from bouquet.launch import pool_size
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments" / "hk"
 
 
-def toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)
-    return repr(value)
-
-
-def load_layer(kind: str, name: str) -> dict:
-    path = EXPERIMENTS / kind / f"{name}.toml"
-    if not path.exists():
-        known = sorted(p.stem for p in (EXPERIMENTS / kind).glob("*.toml"))
-        raise SystemExit(f"unknown {kind[:-1] if kind.endswith('s') else kind} {name!r}; known: {', '.join(known)}")
-    return tomllib.loads(path.read_text())
-
-
-def run_config(data: str, profile: str, arm: str, seed: int, folder: Path) -> dict:
-    layers = {**load_layer("data", data), **load_layer("profiles", profile), **load_layer("arms", arm)}
+def run_config(data: str, profile: str, arm: str, seed: int) -> dict:
+    layers = {**load_layer(EXPERIMENTS, "data", data), **load_layer(EXPERIMENTS, "profiles", profile),
+              **load_layer(EXPERIMENTS, "arms", arm)}
     if layers.get("data-path"):
         layers["data-path"] = str((ROOT / layers["data-path"]).resolve())
-    layers.update({"seed": seed, "results-dir": str(folder.parent), "run-name": folder.name})
-    return layers
+    return {**layers, "seed": seed}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,44 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     arms = sorted(p.stem for p in (EXPERIMENTS / "arms").glob("*.toml")) if args.arms == "all" \
         else args.arms.split(",")
     for arm in arms:
-        load_layer("arms", arm)
+        load_layer(EXPERIMENTS, "arms", arm)
     base = Path(args.out).resolve() / f"{args.data}-{args.profile}"
-    jobs = [(arm, seed, base / arm / f"seed-{seed}") for arm in arms for seed in args.seeds]
-    data_layer = run_config(args.data, args.profile, arms[0], 0, base / "x")
+    data_layer = run_config(args.data, args.profile, arms[0], 0)
     data_path = data_layer.get("data-path")
     if data_layer.get("data-source") == "daiad" and not Path(data_path).exists():
         raise SystemExit(f"DAIAD data file not found: {data_path}")
-    overrides = " ".join(f"{k}={toml_value(v)}" for k, v in data_layer.items()
-                         if k not in ("seed", "results-dir", "run-name", "strategy"))
+    overrides = " ".join(f"{k}={toml_value(v)}" for k, v in data_layer.items() if k not in ("seed", "strategy"))
     supernodes = pool_size(ROOT, overrides) if args.supernodes is None else args.supernodes
-    todo = [job for job in jobs if not (job[2] / "summary.json").exists()]
-    print(f"{len(jobs)} runs ({len(arms)} arms x {len(args.seeds)} seeds), {len(jobs) - len(todo)} already done; "
-          f"{supernodes} SuperNodes; results in {base}", flush=True)
-    failures = 0
-    started_all = time.time()
-    with local_superlink(base / ".superlink") as link:
-        for index, (arm, seed, folder) in enumerate(todo, start=1):
-            if folder.exists():
-                shutil.rmtree(folder)  # an interrupted run: start it again
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            config_file = folder.parent / f"seed-{seed}.run-config.toml"
-            config_file.write_text("".join(f"{k} = {toml_value(v)}\n"
-                                           for k, v in run_config(args.data, args.profile, arm, seed, folder).items()))
-            started = time.time()
-            print(f"[{index}/{len(todo)}] {arm} seed {seed} ...", end=" ", flush=True)
-            done = link.flwr_run(ROOT, run_config=str(config_file),
-                                 federation_config=f"num-supernodes={supernodes} client-resources-num-cpus=1",
-                                 timeout=None)
-            (folder.parent / f"seed-{seed}.log").write_text(done.stdout + done.stderr)
-            summary_path = folder / "summary.json"
-            if done.returncode != 0 or not summary_path.exists():
-                failures += 1
-                print(f"FAILED (exit {done.returncode}; log {folder.parent / f'seed-{seed}.log'})", flush=True)
-                continue
-            summary = json.loads(summary_path.read_text())
-            print(f"done in {time.time() - started:.0f} s: MAE {summary['mae-litres-mean']:.2f} "
-                  f"+- {summary['mae-litres-std']:.2f} L/day", flush=True)
-    print(f"finished in {time.time() - started_all:.0f} s; {failures} failed", flush=True)
+    jobs = [Job(f"{arm} seed {seed}", run_config(args.data, args.profile, arm, seed), base / arm / f"seed-{seed}",
+                supernodes) for arm in arms for seed in args.seeds]
+    print(f"{len(arms)} arms x {len(args.seeds)} seeds; {supernodes} SuperNodes; results in {base}", flush=True)
+    failures = run_jobs(ROOT, jobs, base / ".superlink",
+                        lambda s: f"MAE {s['mae-litres-mean']:.2f} +- {s['mae-litres-std']:.2f} L/day")
     return 1 if failures else 0
 
 

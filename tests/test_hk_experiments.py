@@ -1,21 +1,13 @@
 """The HK experiment runner and figure script: a 2-arm x 2-round smoke run writes every figure and CSV."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.script_loader import script
+
 pytestmark = pytest.mark.e2e
-
-
-def script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys):
@@ -28,7 +20,7 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys):
         summary = json.loads((base / arm / "seed-0" / "summary.json").read_text())
         assert summary["strategy"] == ("fedavg" if arm == "fedavg" else "hk-cosine") and summary["rounds"] == 2
     assert runner.main(args) == 0  # resumable: nothing left to run
-    assert "2 runs (2 arms x 1 seeds), 2 already done" in capsys.readouterr().out
+    assert "2 runs, 2 already done" in capsys.readouterr().out
 
     figures.main([str(base), "--out", str(tmp_path / "fig")])
     names = ["mse_per_round", "accuracy_per_round", "final_mae", "coalitions_per_round", "forecasts", "trajectories"]

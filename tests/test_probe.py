@@ -3,8 +3,15 @@
 import numpy as np
 import pytest
 
-from bouquet.algorithms.probe import (FEATURES, fit_logistic_bce, minmax_labels, p_inner, pair_features,
-                                      probe_losses, rank_and_relative_accuracy)
+from bouquet.algorithms.probe import (
+    FEATURES,
+    fit_logistic_bce,
+    minmax_labels,
+    p_inner,
+    pair_features,
+    probe_losses,
+    rank_and_relative_accuracy,
+)
 
 
 def test_each_feature_on_a_hand_case():

@@ -1,0 +1,85 @@
+"""Run the SCKM paper's comparison (Section 6): study x setting x arm x seed, resumable, one folder per run.
+
+    python scripts/run_sckm_experiments.py --study select --data cifar10 --profile cpu --seeds 0 1 2
+    python scripts/run_sckm_experiments.py --study cluster --data cifar10 --profile cpu --seeds 0 1 2
+    python scripts/run_sckm_experiments.py --study select --data digits --profile smoke --settings c10-s2-b2 \
+        --arms sckm-select,random --seeds 0
+
+Studies (the paper's two tables):
+
+* ``select``: 10 clients, shards per client S in {1, 2, 5}, budget B in {2, 3}
+  (settings ``c10-s<S>-b<B>``); SCKM-Select vs AFL, FedCor, Power-of-Choice,
+  random (Table 5, Fig. 4);
+* ``cluster``: 50 clients, S in {1, 2}, B in {2, 4, 6} (``c50-s<S>-b<B>``);
+  SCKM-Cluster vs k-means, AFL, FedCor, Power-of-Choice (Table 6, Fig. 3, 5).
+
+Layers are TOML files in ``experiments/sckm/{data,profiles,settings,arms}``,
+merged data < profile < setting < arm < seed; a setting's ``num-supernodes``
+is the number of simulated clients.  Every run is a real ``flwr run`` of this
+app (vision task) against one private SuperLink on 127.0.0.1.  Figures and
+tables: ``scripts/sckm_figures.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bouquet.experiments import Job, load_layer, run_jobs
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments" / "sckm"
+STUDIES = {
+    "select": {"settings": [f"c10-s{s}-b{b}" for s in (1, 2, 5) for b in (2, 3)],
+               "arms": ["sckm-select", "afl", "fedcor", "power-of-choice", "random"]},
+    "cluster": {"settings": [f"c50-s{s}-b{b}" for s in (1, 2) for b in (2, 4, 6)],
+                "arms": ["sckm-cluster", "kmeans", "afl", "fedcor", "power-of-choice"]},
+}
+
+
+def job(data: str, profile: str, setting: str, arm: str, seed: int, base: Path) -> Job:
+    layers = {**load_layer(EXPERIMENTS, "data", data), **load_layer(EXPERIMENTS, "profiles", profile)}
+    setting_layer = load_layer(EXPERIMENTS, "settings", setting)
+    supernodes = int(setting_layer.pop("num-supernodes"))
+    layers |= setting_layer | load_layer(EXPERIMENTS, "arms", arm)
+    if layers.get("vision-data-path"):
+        layers["vision-data-path"] = str((ROOT / layers["vision-data-path"]).resolve())
+    return Job(f"{setting} {arm} seed {seed}", {**layers, "seed": seed}, base / setting / arm / f"seed-{seed}",
+               supernodes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--study", choices=sorted(STUDIES), default="select")
+    parser.add_argument("--data", default="cifar10", help="experiments/sckm/data/<name>.toml")
+    parser.add_argument("--profile", default="cpu", help="experiments/sckm/profiles/<name>.toml")
+    parser.add_argument("--settings", default="all", help="comma-separated setting names, or 'all' (the study's)")
+    parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all' (the study's)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", default="results/sckm")
+    args = parser.parse_args(argv)
+
+    study = STUDIES[args.study]
+    settings = study["settings"] if args.settings == "all" else args.settings.split(",")
+    arms = study["arms"] if args.arms == "all" else args.arms.split(",")
+    base = Path(args.out).resolve() / f"{args.study}-{args.data}-{args.profile}"
+    jobs = [job(args.data, args.profile, setting, arm, seed, base)
+            for setting in settings for arm in arms for seed in args.seeds]
+    path = jobs[0].run_config.get("vision-data-path")
+    if path and not Path(path).exists():
+        raise SystemExit(f"image data not found: {path}")
+    print(f"{args.study}: {len(settings)} settings x {len(arms)} arms x {len(args.seeds)} seeds; results in {base}",
+          flush=True)
+
+    def describe(summary: dict) -> str:
+        text = f"final accuracy {summary['final-accuracy']:.4f}"
+        if "c-star" in summary:
+            text += f", C* {summary['c-star']}"
+        return text
+
+    return 1 if run_jobs(ROOT, jobs, base / ".superlink", describe) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Figures and tables of the SCKM paper's Section 6 from our runs (PNG + the CSV behind each).
+
+    python scripts/sckm_figures.py results/sckm/select-cifar10-cpu [--out docs/figures/sckm-select-cifar10-cpu]
+
+Reads ``<setting>/<arm>/seed-<k>/summary.json`` written by
+``scripts/run_sckm_experiments.py`` and writes:
+
+* ``accuracy_per_round``: central test accuracy per round, mean over seeds,
+  one panel per setting, every arm (Fig. 4 / 5);
+* ``table``: the layout of Tables 5 and 6 per budget B: accuracy (%) averaged
+  over the settings with that B for each shard count S, at the quarter points
+  of the run (rounds T/4, T/2, 3T/4, T: the paper's 15/30/45/60 of 60), and
+  the average and std over all of those cells; also ``table.md``;
+* ``seeds``: final accuracy mean +- std across seeds per setting and arm;
+* ``clusters_per_round``: C-hat per round (mean over seeds) per SCKM-Cluster
+  setting, and C* (eq. 10) per budget (Fig. 3), when such runs exist;
+* ``rounds_to_target``: the first round whose seed-mean accuracy reaches the
+  target (90 % of the best final seed-mean accuracy in that setting) per arm,
+  and the saving of SCKM against each baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+SETTING = re.compile(r"c(?P<clients>\d+)-s(?P<shards>\d+)-b(?P<budget>\d+)")
+
+
+def load_runs(base: Path) -> pd.DataFrame:
+    """One row per (setting, arm, seed, round) with the accuracy, and C-hat where recorded."""
+    rows = []
+    for summary_path in sorted(base.glob("*/*/seed-*/summary.json")):
+        seed_dir = summary_path.parent
+        arm, setting = seed_dir.parent.name, seed_dir.parent.parent.name
+        match = SETTING.fullmatch(setting)
+        if match is None:
+            continue
+        summary = json.loads(summary_path.read_text())
+        clusters = summary.get("clusters-per-round", [])
+        for rnd, acc in enumerate(summary["accuracy-per-round"]):
+            rows.append({"setting": setting, "arm": arm, "seed": int(seed_dir.name.removeprefix("seed-")),
+                         "round": rnd, "accuracy": 100.0 * acc,
+                         "clusters": clusters[rnd - 1] if 1 <= rnd <= len(clusters) else np.nan,
+                         **{k: int(v) for k, v in match.groupdict().items()}})
+    if not rows:
+        raise SystemExit(f"no finished runs under {base}")
+    return pd.DataFrame(rows)
+
+
+def accuracy_figure(runs: pd.DataFrame, out: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    curve = runs.groupby(["setting", "arm", "round"], as_index=False)["accuracy"].agg(["mean", "std"]).reset_index()
+    curve.to_csv(out / "accuracy_per_round.csv", index=False)
+    settings = sorted(runs["setting"].unique())
+    cols = min(3, len(settings))
+    rows = int(np.ceil(len(settings) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, setting in zip(axes.flat, settings):
+        for arm, part in curve[curve["setting"] == setting].groupby("arm"):
+            ax.plot(part["round"], part["mean"], label=arm, lw=2.2 if arm.startswith("sckm") else 1.2)
+        ax.set_title(setting)
+        ax.set_xlabel("round")
+        ax.set_ylabel("test accuracy (%)")
+    for ax in list(axes.flat)[len(settings):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "accuracy_per_round.png", dpi=120)
+    plt.close(fig)
+
+
+def quarter_rounds(last: int) -> list[int]:
+    return sorted({max(1, round(last * q)) for q in (0.25, 0.5, 0.75, 1.0)})
+
+
+def tables(runs: pd.DataFrame, out: Path) -> None:
+    mean = runs.groupby(["setting", "shards", "budget", "arm", "round"], as_index=False)["accuracy"].mean()
+    last = int(mean["round"].max())
+    checkpoints = quarter_rounds(last)
+    rows = []
+    for budget, part in mean.groupby("budget"):
+        for arm, arm_part in part.groupby("arm"):
+            cells = arm_part[arm_part["round"].isin(checkpoints)]
+            row = {"budget": budget, "arm": arm}
+            for shards, shard_part in cells.groupby("shards"):
+                row[f"shard {shards}"] = shard_part["accuracy"].mean()
+            for rnd in checkpoints:
+                row[f"round {rnd}"] = cells[cells["round"] == rnd]["accuracy"].mean()
+            row["all avg"] = cells["accuracy"].mean()
+            row["all std"] = cells["accuracy"].std(ddof=0)
+            rows.append(row)
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "table.csv", index=False)
+    lines = []
+    for budget, part in table.groupby("budget"):
+        cols = [c for c in part.columns if c not in ("budget", "arm")]
+        lines += [f"**Select = {budget}** (accuracy %, seed means; rounds {checkpoints} of {last})", "",
+                  "| arm | " + " | ".join(cols) + " |", "|---|" + "--:|" * len(cols)]
+        for _, r in part.sort_values("all avg", ascending=False).iterrows():
+            lines.append(f"| {r['arm']} | " + " | ".join(f"{r[c]:.2f}" for c in cols) + " |")
+        lines.append("")
+    (out / "table.md").write_text("\n".join(lines))
+
+    final = runs[runs["round"] == last].groupby(["setting", "arm"])["accuracy"].agg(["mean", "std", "count"])
+    final.reset_index().to_csv(out / "seeds.csv", index=False)
+
+
+def clusters_figure(runs: pd.DataFrame, out: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    cl = runs[runs["arm"] == "sckm-cluster"].dropna(subset=["clusters"])
+    if cl.empty:
+        return
+    per_round = cl.groupby(["setting", "budget", "round"], as_index=False)["clusters"].mean()
+    per_round.to_csv(out / "clusters_per_round.csv", index=False)
+    c_star = cl.groupby(["setting", "budget", "seed"])["clusters"].mean().apply(np.floor).groupby(
+        ["setting", "budget"]).agg(["mean", "std"]).reset_index()
+    c_star.to_csv(out / "c_star.csv", index=False)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for setting, part in per_round.groupby("setting"):
+        ax.plot(part["round"], part["clusters"], label=setting)
+    ax.set_xlabel("round")
+    ax.set_ylabel("C-hat (elbow clusters)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "clusters_per_round.png", dpi=120)
+    plt.close(fig)
+
+
+def rounds_to_target(runs: pd.DataFrame, out: Path) -> None:
+    mean = runs.groupby(["setting", "arm", "round"], as_index=False)["accuracy"].mean()
+    last = int(mean["round"].max())
+    rows = []
+    for setting, part in mean.groupby("setting"):
+        target = 0.9 * part[part["round"] == last]["accuracy"].max()
+        for arm, arm_part in part.groupby("arm"):
+            reached = arm_part[(arm_part["accuracy"] >= target) & (arm_part["round"] > 0)]["round"]
+            rows.append({"setting": setting, "arm": arm, "target-accuracy": target,
+                         "rounds-to-target": int(reached.min()) if len(reached) else np.nan})
+    table = pd.DataFrame(rows)
+    sckm = table[table["arm"].str.startswith("sckm")].set_index("setting")["rounds-to-target"]
+    table["sckm-saving-%"] = [100.0 * (1 - sckm.get(s, np.nan) / r) if r and not np.isnan(r) else np.nan
+                              for s, r in zip(table["setting"], table["rounds-to-target"])]
+    table.to_csv(out / "rounds_to_target.csv", index=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("base", type=Path, help="results/sckm/<study>-<data>-<profile>")
+    parser.add_argument("--out", type=Path, default=None, help="default: docs/figures/sckm-<base name>")
+    args = parser.parse_args(argv)
+    out = args.out or Path("docs/figures") / f"sckm-{args.base.name}"
+    out.mkdir(parents=True, exist_ok=True)
+    runs = load_runs(args.base)
+    accuracy_figure(runs, out)
+    tables(runs, out)
+    clusters_figure(runs, out)
+    rounds_to_target(runs, out)
+    print((out / "table.md").read_text())
+    print(f"figures and CSVs in {out}")
+
+
+if __name__ == "__main__":
+    main()

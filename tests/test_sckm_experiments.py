@@ -1,0 +1,40 @@
+"""The SCKM experiment runner and figure script: a 2-arm x 2-round smoke run writes every figure and CSV."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from tests.script_loader import script
+
+pytestmark = pytest.mark.e2e
+
+
+def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys):
+    runner, figures = script("run_sckm_experiments"), script("sckm_figures")
+    args = ["--study", "select", "--data", "digits", "--profile", "smoke", "--settings", "c10-s2-b2",
+            "--arms", "sckm-cluster,random", "--seeds", "0", "--out", str(tmp_path)]
+    assert runner.main(args) == 0
+    base = tmp_path / "select-digits-smoke"
+    for arm in ("sckm-cluster", "random"):
+        summary = json.loads((base / "c10-s2-b2" / arm / "seed-0" / "summary.json").read_text())
+        assert summary["selection"] == arm and len(summary["accuracy-per-round"]) == 3  # rounds 0, 1, 2
+    assert len(json.loads((base / "c10-s2-b2" / "sckm-cluster" / "seed-0" / "summary.json").read_text())
+               ["clusters-per-round"]) == 2
+    assert runner.main(args) == 0  # resumable: nothing left to run
+    assert "2 runs, 2 already done" in capsys.readouterr().out
+
+    figures.main([str(base), "--out", str(tmp_path / "fig")])
+    for name in ("accuracy_per_round", "clusters_per_round"):
+        assert (tmp_path / "fig" / f"{name}.png").stat().st_size > 1000, name
+    for name in ("accuracy_per_round", "table", "seeds", "clusters_per_round", "c_star", "rounds_to_target"):
+        assert len(pd.read_csv(tmp_path / "fig" / f"{name}.csv")) > 0, name
+    table = pd.read_csv(tmp_path / "fig" / "table.csv")
+    assert set(table["arm"]) == {"sckm-cluster", "random"} and set(table["budget"]) == {2}
+    assert "**Select = 2**" in (tmp_path / "fig" / "table.md").read_text()
+
+
+def test_unknown_layer_names_are_refused():
+    runner = script("run_sckm_experiments")
+    with pytest.raises(SystemExit, match="known: "):
+        runner.main(["--data", "digits", "--profile", "smoke", "--settings", "c7-s1-b1", "--seeds", "0"])
