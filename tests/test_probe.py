@@ -78,3 +78,20 @@ def test_ties_share_their_rank_and_labels_are_minmax():
     assert rel == {"a": 0.5, "b": 0.5, "c": 0.0}
     np.testing.assert_allclose(minmax_labels(np.array([2.0, 4.0, 3.0])), [0.0, 1.0, 0.5])
     np.testing.assert_allclose(minmax_labels(np.array([7.0, 7.0])), [0.5, 0.5])
+
+
+def test_probe_script_writes_pairs_and_tables(tmp_path):
+    import pandas as pd
+
+    from tests.script_loader import script
+
+    script("sckm_probe").main(["--data", "digits", "--shards", "1", "--rounds", "1", "2", "--seeds", "0",
+                               "--clients", "4", "--local-batches", "2", "--out", str(tmp_path)])
+    pairs = pd.read_csv(tmp_path / "probe_pairs.csv")
+    assert len(pairs) == 2 * 6  # 2 probed rounds x C(4, 2) pairs
+    assert set(FEATURES) <= set(pairs.columns) and pairs["label"].between(0, 1).all()
+    for round_pairs in pairs.groupby("round")["label"]:  # min-max within each slice
+        assert round_pairs[1].min() == 0.0 or round_pairs[1].nunique() == 1
+    rank = pd.read_csv(tmp_path / "probe_rank.csv")
+    assert set(rank["charac"]) == {"shards", "round", "all"}
+    assert (tmp_path / "probe_rel_a.md").read_text().startswith("| charac | type | cos1")

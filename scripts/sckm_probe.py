@@ -1,0 +1,143 @@
+"""The SCKM paper's pair-wise feature probe (Section 4, Tables 3-4) from our own training runs.
+
+    python scripts/sckm_probe.py --data digits --shards 1 2 5 --rounds 1 3 5 10 --seeds 0 1 2
+    python scripts/sckm_probe.py --data cifar10 --shards 1 2 5 --rounds 1 3 5 10 15 --seeds 0 1 2
+
+For each shard setting S and seed: 10 clients on label-sorted shards
+(``bouquet.data.images``) train a global model with FedAvg over all clients
+(the trajectory along which pairs are probed). At each probed round t, every
+client computes its gradient sketch at the global model (0.5 % of every
+layer, the same coordinates for all, :func:`bouquet.tasks.vision.gradient_sketch`)
+and its locally trained model (``local-batches`` SGD steps); for every pair
+(k, k') the global model is replaced by the mean of the two trained models and
+scored on a held-out validation split of the training set: that accuracy,
+min-max normalised within the slice (round, S, seed), is the pair's label
+(eq. 5). Features are Table 2's, computed on the pair's sketches
+(:mod:`bouquet.algorithms.probe`). One-feature logistic probes then give
+rank (eq. 6) and Rel.A (eq. 7) per shard setting and per round (pooled over
+seeds and the other axis), in the layout of Tables 3 and 4.
+
+This is an analysis, not a federated run, so it calls the task functions
+directly instead of going through Flower. Writes ``probe_pairs.csv`` (every
+pair with its features and label), ``probe_rank.csv``/``.md`` and
+``probe_rel_a.csv``/``.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bouquet.algorithms.probe import FEATURES, minmax_labels, pair_features, probe_losses, rank_and_relative_accuracy
+from bouquet.data.images import VisionDataConfig, load_images, shard_partition
+from bouquet.tasks.vision import VisionTrainSettings, accuracy, batch_at, gradient_sketch, make_model, train_batches
+
+ROOT = Path(__file__).resolve().parents[1]
+CIFAR = ROOT / ".." / "shared" / "data" / "cifar10" / "cifar10-jpeg.tar.gz"
+
+
+def average(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return {k: sum(s[k] for s in states) / len(states) for k in states[0]}
+
+
+def collect(data, shards: int, seed: int, rounds: list[int], args) -> list[dict]:
+    """Pairs with features and labels for one (shards, seed) trajectory."""
+    rng = np.random.default_rng([seed, shards])
+    holdout = rng.permutation(len(data.y_train))
+    n_val = len(holdout) // 10
+    val, train = holdout[:n_val], holdout[n_val:]
+    parts = [train[p] for p in shard_partition(data.y_train[train], args.clients, shards, rng)]
+    settings = VisionTrainSettings(args.local_batches, args.batch_size, args.learning_rate)
+    torch.manual_seed(seed)
+    model = make_model(args.model, data.shape, len(data.classes))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    rows = []
+    for t in range(1, max(rounds) + 1):
+        trained, sketches = [], []
+        for k, idx in enumerate(parts):
+            client_rng = np.random.default_rng([seed, shards, t, k])
+            model.load_state_dict(state)
+            if t in rounds:
+                batch = batch_at(data.x_train[idx], data.y_train[idx], args.batch_size, client_rng)
+                sketch, _, _ = gradient_sketch(model, batch, args.sketch_fraction, [seed, t])
+                sketches.append(sketch.astype(np.float64))
+            train_batches(model, data.x_train[idx], data.y_train[idx], settings, client_rng)
+            trained.append({key: v.clone() for key, v in model.state_dict().items()})
+        if t in rounds:
+            scores, pair_rows = [], []
+            for i, j in itertools.combinations(range(args.clients), 2):
+                model.load_state_dict(average([trained[i], trained[j]]))
+                acc, _ = accuracy(model, data.x_train[val], data.y_train[val])
+                scores.append(acc)
+                pair_rows.append({"shards": shards, "seed": seed, "round": t, "i": i, "j": j, "val-accuracy": acc,
+                                  **pair_features(sketches[i], sketches[j])})
+            for row, label in zip(pair_rows, minmax_labels(np.array(scores))):
+                row["label"] = float(label)
+            rows += pair_rows
+            print(f"  S={shards} seed {seed} round {t}: {len(pair_rows)} pairs, val accuracy "
+                  f"{min(scores):.3f}-{max(scores):.3f}", flush=True)
+        state = average(trained)  # FedAvg over all clients moves the trajectory on
+    return rows
+
+
+def tables(pairs: pd.DataFrame, out: Path) -> None:
+    ranks, rels = [], []
+    for axis in ("shards", "round"):
+        for value, part in pairs.groupby(axis):
+            losses = probe_losses({f: part[f].to_numpy() for f in FEATURES}, part["label"].to_numpy())
+            rank, rel = rank_and_relative_accuracy(losses)
+            ranks.append({"charac": axis, "type": value, **rank})
+            rels.append({"charac": axis, "type": value, **rel})
+    for name, rows in (("probe_rank", ranks), ("probe_rel_a", rels)):
+        table = pd.DataFrame(rows)
+        avg = table[list(FEATURES)].mean()
+        std = table[list(FEATURES)].std(ddof=0)
+        table = pd.concat([table, pd.DataFrame([{"charac": "all", "type": "avg", **avg},
+                                                {"charac": "all", "type": "std", **std}])])
+        table.to_csv(out / f"{name}.csv", index=False)
+        lines = ["| charac | type | " + " | ".join(FEATURES) + " |", "|---|---|" + "--:|" * len(FEATURES)]
+        for _, r in table.iterrows():
+            lines.append(f"| {r['charac']} | {r['type']} | " + " | ".join(f"{r[f]:.3g}" for f in FEATURES) + " |")
+        (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", choices=["digits", "cifar10"], default="digits")
+    parser.add_argument("--shards", type=int, nargs="+", default=[1, 2, 5])
+    parser.add_argument("--rounds", type=int, nargs="+", default=[1, 3, 5, 10])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--model", default="cnn")
+    parser.add_argument("--local-batches", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=0.1)
+    parser.add_argument("--sketch-fraction", type=float, default=0.005)
+    parser.add_argument("--out", type=Path, default=None, help="default: results/sckm/probe-<data>")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    out = args.out or ROOT / "results" / "sckm" / f"probe-{args.data}"
+    out.mkdir(parents=True, exist_ok=True)
+    config = VisionDataConfig() if args.data == "digits" else VisionDataConfig("imagefolder", str(CIFAR))
+    data = load_images(config)
+    started = time.time()
+    rows = []
+    for shards in args.shards:
+        for seed in args.seeds:
+            rows += collect(data, shards, seed, sorted(args.rounds), args)
+    pairs = pd.DataFrame(rows)
+    pairs.to_csv(out / "probe_pairs.csv", index=False)
+    tables(pairs, out)
+    print((out / "probe_rank.md").read_text())
+    print((out / "probe_rel_a.md").read_text())
+    print(f"{len(pairs)} pairs in {time.time() - started:.0f} s; tables in {out}")
+
+
+if __name__ == "__main__":
+    main()
