@@ -303,13 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         data_paths: list[Path | None] = [None] * args.nodes
         run_config = args.run_config
         if args.daiad:
-            from bouquet.config import AppConfig
-            from bouquet.data.water import load_pool
-
-            config = AppConfig.from_run_config({"data-source": "daiad", "data-path": str(Path(args.daiad).resolve()),
-                                                "min-history-days": 300, "active-factor": 0.0})
-            households = [h.household_id for h in load_pool(config.water_data()).households[: args.nodes]]
-            data_paths = list(split_households(Path(args.daiad), workdir / "node-data", households))
+            data_paths = list(node_files(workdir / "node-data", args.nodes, Path(args.daiad)))
             run_config = f'data-source="daiad" min-history-days=300 {run_config}'
         deploy = stack.enter_context(deployment(workdir, secure=not args.insecure))
         print(f"bouquet: SuperLink on 127.0.0.1:{deploy.port} ({'TLS + SuperNode auth' if deploy.secure else 'INSECURE'})"
