@@ -257,7 +257,9 @@ def sckm_select(sketches: np.ndarray, budget: int, rng: np.random.Generator,
     (B,) int array
         Row indices of the selected clients, best first.
     """
-    g = _as_sketches(sketches)
+    g = np.asarray(sketches)
+    if not (eta is None and g.ndim == 2 and len(g) > 1):
+        g = _as_sketches(g)  # else sckm_eta validates G as it reads it, without a whole float64 copy
     k = len(g)
     _check_budget(budget, k)
     if k == 1:
