@@ -134,22 +134,22 @@ def _write_pool(config: AppConfig, recorder: RunRecorder) -> None:
 
 
 def central_evaluation(config: AppConfig, recorder: Recorder | None = None
-                       ) -> tuple[torch.nn.Module, Callable[[int, ArrayRecord], MetricRecord]]:
-    """Vision task: the initial model and an ``evaluate_fn`` scoring the global model on the test set."""
+                       ) -> tuple[ArrayRecord, Callable[[int, ArrayRecord], MetricRecord]]:
+    """Vision task: the initial global arrays and an ``evaluate_fn`` scoring a model on the test set."""
     data = load_images(config.vision_data())
     torch.manual_seed(config.seed)
     model = make_model(config.vision_model, data.shape, len(data.classes))
-    scorer = make_model(config.vision_model, data.shape, len(data.classes))
+    initial = ArrayRecord(model.state_dict())  # a copy: the model is then free to score others
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        scorer.load_state_dict(arrays.to_torch_state_dict())
-        acc, loss = accuracy(scorer, data.x_test, data.y_test)
+        model.load_state_dict(arrays.to_torch_state_dict())
+        acc, loss = accuracy(model, data.x_test, data.y_test)
         log.info("round %d: central test accuracy %.4f, loss %.4f", server_round, acc, loss)
         if recorder is not None:
             recorder.log_round(server_round, "central", {"accuracy": acc, "loss": loss})
         return MetricRecord({"accuracy": acc, "loss": loss})
 
-    return model, evaluate
+    return initial, evaluate
 
 
 def _selection_summary(strategy: SeededFedAvg) -> dict[str, Any]:
@@ -185,8 +185,8 @@ def main(grid: Grid, context: Context) -> None:
 
 def _run_vision(grid: Grid, config: AppConfig, strategy: SeededFedAvg, recorder: RunRecorder,
                 started: float) -> None:
-    model, evaluate = central_evaluation(config, recorder)
-    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
+    initial, evaluate = central_evaluation(config, recorder)
+    result = strategy.start(grid=grid, initial_arrays=initial,
                             num_rounds=config.num_server_rounds, timeout=config.round_timeout, evaluate_fn=evaluate)
     curve = {int(r): float(m["accuracy"]) for r, m in result.evaluate_metrics_serverapp.items()}
     summary = {"task": "vision", "strategy": config.strategy, "rounds": config.num_server_rounds,
