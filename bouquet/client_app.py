@@ -132,15 +132,26 @@ register_sketch_query(app, model_fn=new_model, batch_fn=training_batch,
                       seed_fn=lambda context: int(context.node_config["partition-id"]))
 
 
-def _with_sketch(msg: Message, context: Context, content: RecordDict, model_before: torch.nn.Module,
-                 rng: np.random.Generator) -> RecordDict:
-    """Piggyback selection: add the sketch of the received model when the training message asks for one."""
+def _start_training(msg: Message, context: Context, seed: int,
+                    partition_id: int) -> tuple[torch.nn.Module, torch.nn.Module | None, np.random.Generator]:
+    """The received model to train, a copy of it when a piggyback sketch is asked for, and the round's rng."""
+    model = _model(context, msg.content["arrays"])
+    received = _model(context, msg.content["arrays"]) if "sketch-seed" in msg.content["config"] else None
+    server_round = int(msg.content["config"].get("server-round", 0))
+    rng = np.random.default_rng([seed, server_round, partition_id])
+    torch.manual_seed(int(rng.integers(2**31)))
+    return model, received, rng
+
+
+def _training_reply(msg: Message, context: Context, content: RecordDict, received: torch.nn.Module | None,
+                    rng: np.random.Generator) -> Message:
+    """The training reply; with piggyback selection, plus the sketch of the received model."""
     request = SketchRequest.from_config(msg.content["config"])
-    if request is None:
-        return content
-    batch = training_batch(context, request.batch_size, rng)
-    extra = sketch_records(model_before, batch, request, len(_training_set(context)[1]), task_loss)
-    return RecordDict({**dict(content.items()), **extra})
+    if received is not None and request is not None:
+        batch = training_batch(context, request.batch_size, rng)
+        extra = sketch_records(received, batch, request, len(_training_set(context)[1]), task_loss)
+        content = RecordDict({**dict(content.items()), **extra})
+    return Message(content, reply_to=msg)
 
 
 def _info(partition_id: int, household: str) -> ConfigRecord:
@@ -155,11 +166,7 @@ def train(msg: Message, context: Context) -> Message:
     if config.task == "vision":
         return _train_vision(msg, context)
     config, partition_id, household, windows = node_data(context)
-    server_round = int(msg.content["config"].get("server-round", 0))
-    model = _model(context, msg.content["arrays"])
-    received = _model(context, msg.content["arrays"]) if "sketch-seed" in msg.content["config"] else None
-    rng = np.random.default_rng([config.seed, server_round, partition_id])
-    torch.manual_seed(int(rng.integers(2**31)))
+    model, received, rng = _start_training(msg, context, config.seed, partition_id)
     if config.strategy.startswith("perfedavg-"):
         loss = train_perfedavg(model, windows.x_train, windows.y_train, config.local_epochs, config.batch_size,
                                config.perfedavg_settings(), rng)
@@ -170,27 +177,19 @@ def train(msg: Message, context: Context) -> Message:
     metrics = MetricRecord({"train-loss": loss, "num-examples": len(windows.y_train)})
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics,
                           "info": _info(partition_id, household)})
-    if received is not None:
-        content = _with_sketch(msg, context, content, received, rng)
-    return Message(content, reply_to=msg)
+    return _training_reply(msg, context, content, received, rng)
 
 
 def _train_vision(msg: Message, context: Context) -> Message:
     config, partition_id, x, y, _ = vision_data(context)
-    server_round = int(msg.content["config"].get("server-round", 0))
-    rng = np.random.default_rng([config.seed, server_round, partition_id])
-    torch.manual_seed(int(rng.integers(2**31)))
-    model = _model(context, msg.content["arrays"])
-    received = _model(context, msg.content["arrays"]) if "sketch-seed" in msg.content["config"] else None
+    model, received, rng = _start_training(msg, context, config.seed, partition_id)
     mu = float(msg.content["config"].get("proximal-mu", 0.0))  # sent by FedProx
     penalty = proximal_penalty(model, mu) if mu > 0 else None
     loss = train_batches(model, x, y, config.vision_train_settings(), rng, penalty=penalty)
     metrics = MetricRecord({"train-loss": loss, "num-examples": len(y)})
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics,
-                          "info": ConfigRecord({"partition-id": partition_id, "household": ""})})
-    if received is not None:
-        content = _with_sketch(msg, context, content, received, rng)
-    return Message(content, reply_to=msg)
+                          "info": _info(partition_id, "")})
+    return _training_reply(msg, context, content, received, rng)
 
 
 @app.evaluate()
