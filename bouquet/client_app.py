@@ -34,7 +34,7 @@ from bouquet.data.water import ClientWindows, load_pool
 from bouquet.flower_logging import route_to_flower
 from bouquet.sketching import SketchRequest, register_sketch_query, sketch_records
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
-from bouquet.tasks.vision import batch_at, make_model, train_batches
+from bouquet.tasks.vision import batch_at, batch_indices, make_model, train_batches
 from bouquet.tasks.water import LSTMForecaster, evaluate_windows, predict, proximal_penalty, train_windows
 
 route_to_flower()
@@ -116,7 +116,7 @@ def training_batch(context: Context, batch_size: int, rng: np.random.Generator) 
     x, y = _training_set(context)
     if AppConfig.from_run_config(context.run_config).task == "vision":
         return batch_at(x, y, batch_size, rng)
-    pick = np.sort(rng.choice(len(y), size=min(batch_size, len(y)), replace=False))
+    pick = batch_indices(len(y), batch_size, rng)
     return torch.from_numpy(x[pick]), torch.from_numpy(y[pick])
 
 

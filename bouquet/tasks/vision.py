@@ -32,7 +32,7 @@ from torch import nn
 
 from bouquet.algorithms.sckm import sketch_indices
 
-__all__ = ["MODELS", "SmallCNN", "VGG16", "VisionTrainSettings", "accuracy", "batch_at", "gradient_sketch",
+__all__ = ["MODELS", "SmallCNN", "VGG16", "VisionTrainSettings", "accuracy", "batch_at", "batch_indices", "gradient_sketch",
            "make_model", "to_tensor", "train_batches"]
 
 MODELS = ("cnn", "vgg16")
@@ -112,10 +112,15 @@ def to_tensor(images: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32) / 255.0)
 
 
+def batch_indices(n: int, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+    """Sorted indices of one mini-batch drawn without replacement from ``n`` samples (all when fewer)."""
+    return np.sort(rng.choice(n, size=min(batch_size, n), replace=False))
+
+
 def batch_at(x: np.ndarray, y: np.ndarray, batch_size: int,
              rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One mini-batch drawn without replacement (the whole set when it is smaller)."""
-    pick = np.sort(rng.choice(len(y), size=min(batch_size, len(y)), replace=False))
+    """One mini-batch of images (scaled to [0, 1]) and labels, by :func:`batch_indices`."""
+    pick = batch_indices(len(y), batch_size, rng)
     return to_tensor(x[pick]), torch.from_numpy(y[pick])
 
 
