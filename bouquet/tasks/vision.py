@@ -32,7 +32,8 @@ from torch import nn
 
 from bouquet.algorithms.sckm import sketch_indices
 
-__all__ = ["MODELS", "SmallCNN", "VGG16", "VisionTrainSettings", "accuracy", "batch_at", "batch_indices", "gradient_sketch",
+__all__ = ["MODELS", "SmallCNN", "VGG16", "VisionTrainSettings", "accuracy", "batch_at", "batch_indices",
+           "gradient_sketch",
            "make_model", "to_tensor", "train_batches"]
 
 MODELS = ("cnn", "vgg16")
