@@ -67,7 +67,9 @@ class AppConfig:
     Task: ``task`` (``water`` or ``vision``).  Vision: ``vision-dataset``,
     ``vision-data-path``, ``vision-model``, ``vision-partitioner``,
     ``shards-per-client``, ``dirichlet-alpha``, ``local-batches``,
-    ``vision-learning-rate``, ``vision-momentum`` (SGD; ``batch-size`` is shared).
+    ``vision-learning-rate``, ``vision-momentum`` (SGD; ``batch-size`` is shared),
+    ``central-eval-size`` (test images per central evaluation: a seeded subset,
+    0 = the whole test set).
     Client selection (any task, any strategy): ``selection`` (a name in
     :data:`bouquet.algorithms.selection.SELECTORS`; ``random`` is the seeded
     uniform draw), ``selection-mode`` (``query``/``piggyback``),
@@ -130,6 +132,7 @@ class AppConfig:
     local_batches: int = 10
     vision_learning_rate: float = 0.1
     vision_momentum: float = 0.0
+    central_eval_size: int = 0
     selection: str = "random"
     selection_mode: str = "query"
     sketch_fraction: float = 0.005
@@ -197,7 +200,7 @@ class AppConfig:
         for key in ("sketch-batch-size", "sckm-min-clusters", "sckm-sample-size"):
             if getattr(self, key.replace("-", "_")) < 1:
                 raise ConfigError(f"{key} must be >= 1")
-        for key in ("candidates-per-round", "max-sketch-age", "pow-d", "fedcor-warmup"):
+        for key in ("candidates-per-round", "max-sketch-age", "pow-d", "fedcor-warmup", "central-eval-size"):
             if getattr(self, key.replace("-", "_")) < 0:
                 raise ConfigError(f"{key} must be >= 0")
         if self.query_timeout <= 0:

@@ -140,10 +140,16 @@ def central_evaluation(config: AppConfig, recorder: Recorder | None = None
     torch.manual_seed(config.seed)
     model = make_model(config.vision_model, data.shape, len(data.classes))
     initial = ArrayRecord(model.state_dict())  # a copy: the model is then free to score others
+    x_test, y_test = data.x_test, data.y_test
+    if 0 < config.central_eval_size < len(y_test):
+        keep = np.sort(np.random.default_rng([config.data_seed, 2]).choice(len(y_test), config.central_eval_size,
+                                                                            replace=False))
+        x_test, y_test = x_test[keep], y_test[keep]
+        log.info("central evaluation on %d of %d test images (central-eval-size)", len(keep), len(data.y_test))
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict(arrays.to_torch_state_dict())
-        acc, loss = accuracy(model, data.x_test, data.y_test)
+        acc, loss = accuracy(model, x_test, y_test)
         log.info("round %d: central test accuracy %.4f, loss %.4f", server_round, acc, loss)
         if recorder is not None:
             recorder.log_round(server_round, "central", {"accuracy": acc, "loss": loss})

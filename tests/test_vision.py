@@ -131,3 +131,24 @@ def test_sketch_is_the_gradient_at_the_shared_coordinates():
     sketch2, _, sizes2 = gradient_sketch(model, other, 0.05, [3, 1])
     assert sizes2 == sizes and sketch2.shape == sketch.shape and not np.allclose(sketch2, sketch)
     assert len(sketch) == sum(max(1, round(0.05 * p.numel())) for p in params)
+
+
+def test_central_evaluation_scores_a_seeded_subset_of_the_test_set():
+    from bouquet.config import AppConfig, ConfigError
+    from bouquet.server_app import central_evaluation
+
+    data = load_images(VisionDataConfig())
+    full_config = AppConfig.from_run_config({"task": "vision"})
+    initial, evaluate_full = central_evaluation(full_config)
+    model = make_model("cnn", data.shape, 10)
+    model.load_state_dict(initial.to_torch_state_dict())
+    assert evaluate_full(0, initial)["accuracy"] == accuracy(model, data.x_test, data.y_test)[0]
+
+    sub_config = AppConfig.from_run_config({"task": "vision", "central-eval-size": 50})
+    _, evaluate_sub = central_evaluation(sub_config)
+    scores = {evaluate_sub(0, initial)["accuracy"] for _ in range(2)}
+    assert len(scores) == 1  # the same subset every round
+    keep = np.sort(np.random.default_rng([sub_config.data_seed, 2]).choice(len(data.y_test), 50, replace=False))
+    assert scores == {accuracy(model, data.x_test[keep], data.y_test[keep])[0]}
+    with pytest.raises(ConfigError, match="central-eval-size"):
+        AppConfig.from_run_config({"task": "vision", "central-eval-size": -1})
