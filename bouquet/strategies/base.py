@@ -34,7 +34,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from bouquet.flower_logging import route_to_flower
 
-__all__ = ["Recorder", "SeededFedAvg", "screen_replies"]
+__all__ = ["Recorder", "SeededFedAvg", "draw_nodes", "screen_replies"]
 
 log = logging.getLogger(__name__)
 route_to_flower()
@@ -96,6 +96,12 @@ class _NodeSubset:
         return getattr(self._grid, name)
 
 
+def draw_nodes(nodes: list[int], count: int, rng: np.random.Generator) -> list[int]:
+    """``min(count, len(nodes))`` of ``nodes`` drawn uniformly without replacement, sorted."""
+    picked = rng.choice(len(nodes), size=min(count, len(nodes)), replace=False)  # ids are uint64: draw positions
+    return sorted(nodes[int(k)] for k in picked)
+
+
 class SeededFedAvg(FedAvg):
     """FedAvg with seeded fixed-size sampling, reply screening and an aggregation hook.
 
@@ -146,10 +152,7 @@ class SeededFedAvg(FedAvg):
     def sample_nodes(self, grid: Grid, server_round: int, count: int) -> list[int]:
         """``count`` node ids drawn with ``default_rng([seed, server_round])`` from the sorted connected ids."""
         nodes = self.wait_for_nodes(grid, server_round, count)
-        count = min(count, len(nodes))
-        rng = np.random.default_rng([self.seed, server_round])
-        picked = rng.choice(len(nodes), size=count, replace=False)  # node ids are uint64: draw positions
-        return sorted(nodes[int(k)] for k in picked)
+        return draw_nodes(nodes, count, np.random.default_rng([self.seed, server_round]))
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:

@@ -53,7 +53,7 @@ from flwr.serverapp import Grid
 
 from bouquet.algorithms.selection import Candidates, Selector
 from bouquet.sketching import SKETCH_ACTION, SketchRequest
-from bouquet.strategies.base import SeededFedAvg
+from bouquet.strategies.base import SeededFedAvg, draw_nodes
 
 __all__ = ["MODES", "ClientSelection", "selecting", "selection_strategy"]
 
@@ -119,8 +119,7 @@ class ClientSelection:
         nodes = self.wait_for_nodes(grid, server_round, count)
         rng = np.random.default_rng([self.seed, server_round])
         if self.candidates_per_round is not None and self.candidates_per_round < len(nodes):
-            picks = rng.choice(len(nodes), size=self.candidates_per_round, replace=False)
-            nodes = sorted(nodes[int(i)] for i in picks)
+            nodes = draw_nodes(nodes, self.candidates_per_round, rng)
         if not self.selector.needs:
             cands, facts = Candidates(ids=nodes, last_round=self._ages(nodes)), {}
         elif self.mode == "query":
@@ -132,7 +131,7 @@ class ClientSelection:
         if not selected:
             log.warning("round %d: no candidate is selectable (all queries failed); sampling uniformly instead",
                         server_round)
-            selected = [nodes[int(i)] for i in rng.choice(len(nodes), size=min(count, len(nodes)), replace=False)]
+            selected = draw_nodes(nodes, count, rng)
         seconds = time.perf_counter() - started
         record = {"candidates": len(nodes), "selected": selected, "selection-seconds": seconds, **facts, **report}
         self.history.append({"round": server_round, **record})
