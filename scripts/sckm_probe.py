@@ -1,7 +1,7 @@
 """The SCKM paper's pair-wise feature probe (Section 4, Tables 3-4) from our own training runs.
 
     python scripts/sckm_probe.py --data digits --shards 1 2 5 --rounds 1 3 5 10 --seeds 0 1 2
-    python scripts/sckm_probe.py --data cifar10 --shards 1 2 5 --rounds 1 3 5 10 15 --seeds 0 1 2
+    python scripts/sckm_probe.py --data cifar10 --shards 1 2 5 --rounds 1 5 10 --seeds 0 1 2 --val-size 1000
 
 For each shard setting S and seed: 10 clients on label-sorted shards
 (``bouquet.data.images``) train a global model with FedAvg over all clients
@@ -52,6 +52,8 @@ def collect(data, shards: int, seed: int, rounds: list[int], args) -> list[dict]
     holdout = rng.permutation(len(data.y_train))
     n_val = len(holdout) // 10
     val, train = holdout[:n_val], holdout[n_val:]
+    if args.val_size:
+        val = val[:args.val_size]  # score pairs on part of the held-out split (CIFAR: 45 pairs x 5,000 images)
     parts = [train[p] for p in shard_partition(data.y_train[train], args.clients, shards, rng)]
     settings = VisionTrainSettings(args.local_batches, args.batch_size, args.learning_rate)
     torch.manual_seed(seed)
@@ -119,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=0.1)
     parser.add_argument("--sketch-fraction", type=float, default=0.005)
+    parser.add_argument("--val-size", type=int, default=0,
+                        help="score each pair on this many of the held-out images (0 = all of the 10%% split)")
     parser.add_argument("--out", type=Path, default=None, help="default: results/sckm/probe-<data>")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -29,6 +30,10 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys):
         assert (tmp_path / "fig" / f"{name}.png").stat().st_size > 1000, name
     for name in ("accuracy_per_round", "table", "seeds", "clusters_per_round", "c_star", "rounds_to_target"):
         assert len(pd.read_csv(tmp_path / "fig" / f"{name}.csv")) > 0, name
+    seeds = pd.read_csv(tmp_path / "fig" / "seeds.csv").set_index("arm")
+    random_curve = json.loads((base / "c10-s2-b2" / "random" / "seed-0" / "summary.json").read_text())[
+        "accuracy-per-round"]  # rounds 0-2 are all within the last 5
+    assert seeds.loc["random", "last5-mean"] == pytest.approx(100 * np.mean(random_curve))
     table = pd.read_csv(tmp_path / "fig" / "table.csv")
     assert set(table["arm"]) == {"sckm-cluster", "random"} and set(table["budget"]) == {2}
     assert "**Select = 2**" in (tmp_path / "fig" / "table.md").read_text()
