@@ -41,7 +41,7 @@ from bouquet.strategies.fedprox import SeededFedProx
 from bouquet.strategies.fixed_k import FixedKFedAvg
 from bouquet.strategies.hk import HKFedAvg
 from bouquet.strategies.selection import ClientSelection, selection_strategy
-from bouquet.tasks.vision import accuracy, make_model
+from bouquet.tasks.vision import accuracy, batch_indices, make_model
 from bouquet.tasks.water import LSTMForecaster
 
 __all__ = ["app", "build_strategy", "evaluate_every_node"]
@@ -142,8 +142,7 @@ def central_evaluation(config: AppConfig, recorder: Recorder | None = None
     initial = ArrayRecord(model.state_dict())  # a copy: the model is then free to score others
     x_test, y_test = data.x_test, data.y_test
     if 0 < config.central_eval_size < len(y_test):
-        keep = np.sort(np.random.default_rng([config.data_seed, 2]).choice(len(y_test), config.central_eval_size,
-                                                                            replace=False))
+        keep = batch_indices(len(y_test), config.central_eval_size, np.random.default_rng([config.data_seed, 2]))
         x_test, y_test = x_test[keep], y_test[keep]
         log.info("central evaluation on %d of %d test images (central-eval-size)", len(keep), len(data.y_test))
 
