@@ -72,3 +72,29 @@ def test_configure_train_sends_to_sampled_nodes_without_mutating_config(monkeypa
 def test_invalid_clients_per_round():
     with pytest.raises(ValueError, match="clients_per_round"):
         SeededFedAvg(clients_per_round=0)
+
+
+def _random_arrays(rng):
+    from flwr.app import Array, ArrayRecord
+    return ArrayRecord({"w": Array(rng.normal(size=(2, 3)).astype(np.float32) * 1e4),
+                        "b": Array(rng.normal(size=3).astype(np.float32))})
+
+
+def test_aggregation_does_not_depend_on_reply_arrival_order():
+    # Replies reach the server in whatever order the clients finish; float sums are not associative,
+    # so the same seed must give the same model only if the strategy fixes the order itself.
+    rng = np.random.default_rng(0)
+    replies = [reply(node, _random_arrays(rng), examples=int(rng.integers(1, 50))) for node in range(1, 9)]
+    results = []
+    for order in (replies, replies[::-1], replies[3:] + replies[:3]):
+        recorder = ListRecorder()
+        strategy = SeededFedAvg(clients_per_round=8, recorder=recorder)
+        strategy._sent_arrays = arrays(0.0)
+        strategy._expected = list(range(1, 9))
+        result, metrics = strategy.aggregate_train(1, order)
+        results.append(({k: v.numpy() for k, v in result.items()}, dict(metrics),
+                        [r["node_id"] for r in recorder.rows["train_clients"]]))
+    for got, metrics, rows in results[1:]:
+        for name in got:
+            np.testing.assert_array_equal(got[name], results[0][0][name])
+        assert metrics == results[0][1] and rows == results[0][2] == list(range(1, 9))

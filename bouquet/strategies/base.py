@@ -83,6 +83,16 @@ def screen_replies(replies: Iterable[Message], reference: ArrayRecord | None,
     return usable, rejected
 
 
+def _in_node_order(replies: Iterable[Message]) -> list[Message]:
+    """Replies sorted by source node id.
+
+    The Grid hands replies over in the order the clients finished, which varies from run to run;
+    float sums are not associative, so aggregating in arrival order would make the same seed give
+    a (slightly) different model each run.
+    """
+    return sorted(replies, key=lambda msg: msg.metadata.src_node_id)
+
+
 class _NodeSubset:
     """A view of a Grid whose ``get_node_ids`` shows only the sampled nodes."""
 
@@ -194,7 +204,7 @@ class SeededFedAvg(FedAvg):
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        replies = list(replies)
+        replies = _in_node_order(replies)
         usable, rejected = screen_replies(replies, self._sent_arrays, self.arrayrecord_key)
         # The SuperLink answers for a node it saw go offline with an error reply whose source is not that
         # node (Flower 1.42 puts its own id there): such a node counts as lost, named by the id it was sent to.
@@ -229,7 +239,7 @@ class SeededFedAvg(FedAvg):
         return arrays, metrics
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        replies = list(replies)
+        replies = _in_node_order(replies)
         metrics = super().aggregate_evaluate(server_round, replies)
         if self.recorder is not None and metrics is not None:
             usable = [m for m in replies if not m.has_error()]
