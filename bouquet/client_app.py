@@ -4,7 +4,9 @@
 the node holds client ``partition-id`` of ``num-partitions`` non-IID image
 partitions (:mod:`bouquet.data.images`) and trains ``local-batches`` SGD
 steps; the global model is evaluated centrally by the server.  For either
-task the app answers ``query.sketch`` (client selection,
+task the app answers ``query.identify`` (its partition-id, so that the server
+samples the same clients every run: :mod:`bouquet.node_identity`) and
+``query.sketch`` (client selection,
 :mod:`bouquet.sketching`) and, when a training message asks for it
 (piggyback selection), attaches a sketch to its training reply.
 
@@ -32,6 +34,7 @@ from bouquet.config import AppConfig
 from bouquet.data.images import load_images, partition
 from bouquet.data.water import ClientWindows, load_pool
 from bouquet.flower_logging import route_to_flower
+from bouquet.node_identity import register_identity_query
 from bouquet.sketching import SketchRequest, register_sketch_query, sketch_records
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
 from bouquet.tasks.vision import batch_at, batch_indices, make_model, train_batches
@@ -127,6 +130,7 @@ def task_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.mse_loss(outputs, targets)
 
 
+register_identity_query(app)  # the server orders nodes by partition-id: same seed, same clients
 register_sketch_query(app, model_fn=new_model, batch_fn=training_batch,
                       num_examples_fn=lambda context: len(_training_set(context)[1]), loss_fn=task_loss,
                       seed_fn=lambda context: int(context.node_config["partition-id"]))

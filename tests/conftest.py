@@ -14,6 +14,15 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def server_identity(monkeypatch):
+    """Set what a ServerApp process sets, so that strategies can build Flower messages in-process."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name in ("_run_id", "_task_id", "_node_id"):
+        monkeypatch.setattr(TaskIdentity, name, 1)
+
+
+@pytest.fixture
 def daiad_zip() -> Path:
     if not DAIAD_ZIP.exists():
         pytest.skip(f"real DAIAD file not found at {DAIAD_ZIP} (shared data is only on developer/CI machines)")

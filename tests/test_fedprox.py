@@ -3,11 +3,12 @@
 import pytest
 import torch
 from flwr.app import ConfigRecord
-from flwr.supercore.task_identity import TaskIdentity
 
 from bouquet.strategies.fedprox import SeededFedProx
 from bouquet.tasks.water import proximal_penalty
 from tests.flower_fakes import FakeGrid, arrays
+
+pytestmark = pytest.mark.usefixtures("server_identity")
 
 
 def test_proximal_gradient_is_plain_gradient_plus_mu_times_drift():
@@ -38,9 +39,7 @@ def test_negative_mu_rejected():
         proximal_penalty(torch.nn.Linear(1, 1), -0.1)
 
 
-def test_server_sends_mu_to_seeded_sample(monkeypatch):
-    for name in ("_run_id", "_task_id", "_node_id"):
-        monkeypatch.setattr(TaskIdentity, name, 1)
+def test_server_sends_mu_to_seeded_sample():
     strategy = SeededFedProx(proximal_mu=0.05, clients_per_round=3, seed=1)
     messages = list(strategy.configure_train(1, arrays(0.0), ConfigRecord({}), FakeGrid(range(1, 21))))
     assert len(messages) == 3

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, Metadata, MetricRecord, RecordDict
 from flwr.app.error import Error
-from flwr.supercore.task_identity import TaskIdentity
 
 from bouquet.algorithms.sckm import layer_coordinate_weights, sckm_select
 from bouquet.algorithms.selection import RandomSelector, SCKMClusterSelector, SCKMSelectSelector
@@ -16,10 +15,7 @@ from tests.flower_fakes import FakeGrid, ListRecorder, arrays, reply
 LAYERS = [3, 2]
 
 
-@pytest.fixture(autouse=True)
-def server_identity(monkeypatch):
-    for name in ("_run_id", "_task_id", "_node_id"):  # what a ServerApp process sets
-        monkeypatch.setattr(TaskIdentity, name, 1)
+pytestmark = pytest.mark.usefixtures("server_identity")
 
 
 def _metadata(node, kind):
@@ -42,6 +38,8 @@ class QueryGrid(FakeGrid):
         self.sketches, self.fail, self.silent, self.sent = sketches, set(fail), set(silent), []
 
     def send_and_receive(self, messages, timeout=None):
+        if any(m.metadata.message_type == "query.identify" for m in messages):
+            return self.identify_replies(messages)
         out = []
         for msg in messages:
             self.sent.append(msg)

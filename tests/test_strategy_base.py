@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord
 from flwr.app.error import Error
-from flwr.supercore.task_identity import TaskIdentity
 
 from bouquet.strategies.base import SeededFedAvg, screen_replies
 from tests.flower_fakes import FakeGrid, ListRecorder, arrays, reply
+
+pytestmark = pytest.mark.usefixtures("server_identity")
 
 
 def test_screening_rejects_nan_shape_and_error_replies():
@@ -58,9 +59,7 @@ def test_sampling_handles_huge_node_ids_and_too_few_nodes(caplog):
     assert "only 3 nodes connected, 5 requested" in caplog.text
 
 
-def test_configure_train_sends_to_sampled_nodes_without_mutating_config(monkeypatch):
-    for name in ("_run_id", "_task_id", "_node_id"):  # what a ServerApp process sets
-        monkeypatch.setattr(TaskIdentity, name, 1)
+def test_configure_train_sends_to_sampled_nodes_without_mutating_config():
     strategy = SeededFedAvg(clients_per_round=4, seed=0)
     config = ConfigRecord({"lr": 0.1})
     messages = list(strategy.configure_train(2, arrays(0.0), config, FakeGrid(range(1, 11))))
@@ -98,3 +97,48 @@ def test_aggregation_does_not_depend_on_reply_arrival_order():
         for name in got:
             np.testing.assert_array_equal(got[name], results[0][0][name])
         assert metrics == results[0][1] and rows == results[0][2] == list(range(1, 9))
+
+
+def _federation(seed, size=30):
+    """``size`` nodes with Flower-like random 64-bit ids; node ``i`` of the list holds partition ``i``."""
+    ids = [int(i) for i in np.random.default_rng(seed).integers(1, 2**63, size=size, dtype=np.int64)]
+    return ids, {node: partition for partition, node in enumerate(ids)}
+
+
+def test_same_seed_samples_the_same_partitions_whatever_the_node_ids():
+    # Flower draws new node ids every simulation run; the sample must follow partition ids instead.
+    picked = []
+    for run in range(3):
+        ids, keys = _federation(seed=run)
+        grid = FakeGrid(np.random.default_rng(run + 10).permutation(ids).tolist(), keys=keys)
+        strategy = SeededFedAvg(clients_per_round=7, seed=4)
+        picked.append([[keys[n] for n in strategy.sample_nodes(grid, r, 7)] for r in (1, 2)])
+        assert grid.identify_queries == len(ids)  # each node asked once, not every round
+    assert picked[0] == picked[1] == picked[2]
+    assert picked[0][0] == sorted(picked[0][0]) and picked[0][0] != picked[0][1]
+
+
+def test_nodes_without_identity_come_last_by_node_id(caplog):
+    strategy = SeededFedAvg(clients_per_round=4)
+    grid = FakeGrid([50, 7, 30, 9], keys={50: 0, 30: 1})
+    with caplog.at_level("WARNING"):
+        assert strategy.stable_order(grid, grid.get_node_ids()) == [50, 30, 7, 9]
+    assert "2 of 4 nodes report no stable identity" in caplog.text
+
+
+def test_aggregation_follows_partition_order_not_node_ids():
+    # The same partitions' models under two different node-id draws give a bit-identical global model.
+    rng = np.random.default_rng(1)
+    models = [_random_arrays(rng) for _ in range(6)]
+    results = []
+    for run in range(2):
+        ids, keys = _federation(seed=run, size=6)
+        strategy = SeededFedAvg(clients_per_round=6)
+        strategy.stable_order(FakeGrid(ids, keys=keys), ids)
+        strategy._sent_arrays = arrays(0.0)
+        strategy._expected = ids
+        replies = [reply(node, models[keys[node]], examples=keys[node] + 1) for node in ids]
+        result, _ = strategy.aggregate_train(1, replies[::-1] if run else replies)
+        results.append({k: v.numpy() for k, v in result.items()})
+    for name in results[0]:
+        np.testing.assert_array_equal(results[0][name], results[1][name])

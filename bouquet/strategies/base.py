@@ -5,15 +5,20 @@ Flower's FedAvg round structure and changes three things:
 
 * **sampling**: ``clients_per_round`` nodes drawn uniformly without
   replacement with ``numpy.random.default_rng([seed, server_round])`` from the
-  sorted connected node ids (Flower's FedAvg uses the unseeded global
-  ``random``).  With ``clients_per_round=None`` Flower's ``fraction_train``
-  sampling is kept unchanged;
+  connected nodes in their stable order (Flower's FedAvg uses the unseeded
+  global ``random``).  The stable order is by the key each node reports to a
+  ``query.identify`` message (its ``partition-id``, see
+  :mod:`bouquet.node_identity`), because Flower's node ids are random per run;
+  nodes that report none come last, by node id.  With
+  ``clients_per_round=None`` Flower's ``fraction_train`` sampling is kept
+  unchanged;
 * **screening**: a training reply whose arrays are not finite or whose array
   names/shapes differ from the model sent is excluded with a warning naming
   the node, never averaged in;
 * **one aggregation hook**, :meth:`SeededFedAvg.aggregate_arrays`, that
   subclasses replace (coalition aggregation, ...); the default is Flower's
-  sample-weighted mean.
+  sample-weighted mean.  Replies are aggregated in the stable node order,
+  not in the order they arrived (float sums are not associative).
 
 An optional ``recorder`` receives per-round and per-client rows (see
 :mod:`bouquet.results`); without it the strategy only logs.
@@ -33,6 +38,7 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from bouquet.flower_logging import route_to_flower
+from bouquet.node_identity import identify_nodes
 
 __all__ = ["Recorder", "SeededFedAvg", "draw_nodes", "screen_replies"]
 
@@ -83,16 +89,6 @@ def screen_replies(replies: Iterable[Message], reference: ArrayRecord | None,
     return usable, rejected
 
 
-def _in_node_order(replies: Iterable[Message]) -> list[Message]:
-    """Replies sorted by source node id.
-
-    The Grid hands replies over in the order the clients finished, which varies from run to run;
-    float sums are not associative, so aggregating in arrival order would make the same seed give
-    a (slightly) different model each run.
-    """
-    return sorted(replies, key=lambda msg: msg.metadata.src_node_id)
-
-
 class _NodeSubset:
     """A view of a Grid whose ``get_node_ids`` shows only the sampled nodes."""
 
@@ -107,9 +103,9 @@ class _NodeSubset:
 
 
 def draw_nodes(nodes: list[int], count: int, rng: np.random.Generator) -> list[int]:
-    """``min(count, len(nodes))`` of ``nodes`` drawn uniformly without replacement, sorted."""
+    """``min(count, len(nodes))`` of ``nodes`` drawn uniformly without replacement, in ``nodes`` order."""
     picked = rng.choice(len(nodes), size=min(count, len(nodes)), replace=False)  # ids are uint64: draw positions
-    return sorted(nodes[int(k)] for k in picked)
+    return [nodes[int(k)] for k in sorted(picked)]
 
 
 class SeededFedAvg(FedAvg):
@@ -125,7 +121,8 @@ class SeededFedAvg(FedAvg):
     node_wait_seconds : float, default 30
         How long to wait for ``clients_per_round`` nodes to connect before
         sampling from those connected (with a warning) instead of waiting
-        forever as Flower's sampler does.
+        forever as Flower's sampler does; also how long to wait for the
+        ``query.identify`` replies of newly seen nodes.
     recorder : Recorder, optional
         Receives per-round metrics and per-client rows.
     **fedavg_kwargs
@@ -147,20 +144,48 @@ class SeededFedAvg(FedAvg):
         self.recorder = recorder
         self._sent_arrays: ArrayRecord | None = None
         self._expected: list[int] = []  # nodes sent a training message this round
+        self._identity: dict[int, int | None] = {}  # node id -> stable key (None: the node reported none)
+
+    # ------------------------------------------------------------ node order
+    def stable_order(self, grid: Grid, nodes: Iterable[int]) -> list[int]:
+        """``nodes`` ordered by their stable key (asked once per node), keyless ones last by node id."""
+        nodes = list(nodes)
+        new = [n for n in nodes if n not in self._identity]
+        if new:
+            keys = identify_nodes(grid, new, timeout=self.node_wait_seconds)
+            self._identity.update({n: keys.get(n) for n in new})
+            keyless = [n for n in new if keys.get(n) is None]
+            if keyless:
+                log.warning("%d of %d nodes report no stable identity (no query.identify handler, see "
+                            "bouquet.node_identity): they are ordered by node id, which Flower draws at random, "
+                            "so their sampling differs from run to run", len(keyless), len(new))
+        ordered = sorted(nodes, key=self._rank)
+        keys_now = [self._identity[n] for n in ordered if self._identity[n] is not None]
+        if len(set(keys_now)) < len(keys_now):
+            log.warning("two connected nodes report the same identity key; they are ordered by node id")
+        return ordered
+
+    def _rank(self, node: int) -> tuple[bool, int, int]:
+        key = self._identity.get(node)
+        return key is None, key if key is not None else 0, node
+
+    def _in_stable_order(self, replies: Iterable[Message]) -> list[Message]:
+        """Replies in the stable node order, not the (run-dependent) order they arrived in."""
+        return sorted(replies, key=lambda msg: self._rank(msg.metadata.src_node_id))
 
     # ----------------------------------------------------------------- sampling
     def wait_for_nodes(self, grid: Grid, server_round: int, count: int) -> list[int]:
-        """Sorted connected node ids, after waiting up to ``node_wait_seconds`` for ``count`` of them."""
+        """Connected node ids in stable order, after waiting up to ``node_wait_seconds`` for ``count`` of them."""
         deadline = time.monotonic() + self.node_wait_seconds
-        while len(nodes := sorted(grid.get_node_ids())) < count and time.monotonic() < deadline:
+        while len(nodes := list(grid.get_node_ids())) < count and time.monotonic() < deadline:
             time.sleep(0.5)
         if len(nodes) < count:
             log.warning("round %d: only %d nodes connected, %d requested; using all of them",
                         server_round, len(nodes), count)
-        return nodes
+        return self.stable_order(grid, nodes)
 
     def sample_nodes(self, grid: Grid, server_round: int, count: int) -> list[int]:
-        """``count`` node ids drawn with ``default_rng([seed, server_round])`` from the sorted connected ids."""
+        """``count`` node ids drawn with ``default_rng([seed, server_round])`` from the connected ids in stable order."""
         nodes = self.wait_for_nodes(grid, server_round, count)
         return draw_nodes(nodes, count, np.random.default_rng([self.seed, server_round]))
 
@@ -204,7 +229,7 @@ class SeededFedAvg(FedAvg):
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        replies = _in_node_order(replies)
+        replies = self._in_stable_order(replies)
         usable, rejected = screen_replies(replies, self._sent_arrays, self.arrayrecord_key)
         # The SuperLink answers for a node it saw go offline with an error reply whose source is not that
         # node (Flower 1.42 puts its own id there): such a node counts as lost, named by the id it was sent to.
@@ -239,7 +264,7 @@ class SeededFedAvg(FedAvg):
         return arrays, metrics
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        replies = _in_node_order(replies)
+        replies = self._in_stable_order(replies)
         metrics = super().aggregate_evaluate(server_round, replies)
         if self.recorder is not None and metrics is not None:
             usable = [m for m in replies if not m.has_error()]

@@ -142,7 +142,7 @@ class ClientSelection:
             self.recorder.log_round(server_round, "select", {k: v for k, v in record.items()
                                                              if k != "cluster-labels"})
             self.recorder.append_rows("selection", self._rows(server_round, cands, selected, report))
-        return sorted(selected)
+        return sorted(selected, key=self._rank)
 
     def _choose(self, cands: Candidates, budget: int, unexplored: list[int],
                 rng: np.random.Generator) -> tuple[list[int], dict[str, Any]]:

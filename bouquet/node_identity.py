@@ -1,0 +1,70 @@
+"""Stable node identities, so that the same seed samples the same clients in every run.
+
+Flower gives each SuperNode a random 64-bit node id when it registers, and in
+simulation a fresh set every run.  A seeded draw over sorted node ids would
+therefore pick different clients (households, image shards) each run, and the
+"same seed, same run" promise would not hold.  The server instead orders nodes
+by a key each node reports about itself, its ``partition-id``:
+
+* client side, one call on the ClientApp::
+
+      from bouquet.node_identity import register_identity_query
+
+      register_identity_query(app)   # answers query.identify with node_config["partition-id"]
+
+* server side, :func:`identify_nodes` sends ``query.identify`` to the nodes
+  it has not seen yet and returns ``{node id: key}``.  A node that answers
+  with an error (a ClientApp without the handler) or not at all gets no key;
+  :class:`bouquet.strategies.base.SeededFedAvg` orders keyless nodes after
+  keyed ones, by node id, and logs that their sampling is not reproducible.
+
+Message layout: request ``config`` (empty ConfigRecord); reply ``identity``
+(ConfigRecord ``{"key": int}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid
+
+__all__ = ["IDENTIFY_ACTION", "identify_nodes", "register_identity_query"]
+
+IDENTIFY_ACTION = "identify"
+
+
+def _partition_id(context: Context) -> int:
+    if "partition-id" not in context.node_config:
+        raise KeyError("node config lacks 'partition-id': no stable identity to report")
+    return int(context.node_config["partition-id"])
+
+
+def register_identity_query(app: ClientApp, key_fn: Callable[[Context], int] = _partition_id) -> None:
+    """Register the ``query.identify`` handler on ``app``.
+
+    Parameters
+    ----------
+    app : flwr.clientapp.ClientApp
+    key_fn : callable(Context) -> int, optional
+        The node's stable key; default ``node_config["partition-id"]``.  Keys
+        must be distinct across the federation.
+    """
+
+    @app.query(IDENTIFY_ACTION)
+    def _identify(msg: Message, context: Context) -> Message:
+        return Message(RecordDict({"identity": ConfigRecord({"key": int(key_fn(context))})}), reply_to=msg)
+
+
+def identify_nodes(grid: Grid, nodes: list[int], timeout: float) -> dict[int, int]:
+    """Ask ``nodes`` for their stable key; ``{node id: key}`` for those that answered with one."""
+    if not nodes:
+        return {}
+    messages = [Message(content=RecordDict({"config": ConfigRecord({})}), message_type=f"query.{IDENTIFY_ACTION}",
+                        dst_node_id=n) for n in nodes]
+    keys: dict[int, int] = {}
+    for reply in grid.send_and_receive(messages, timeout=timeout):
+        if not reply.has_error() and "identity" in reply.content.config_records:
+            keys[reply.metadata.src_node_id] = int(reply.content.config_records["identity"]["key"])
+    return keys
