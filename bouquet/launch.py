@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,15 +84,42 @@ class LocalSuperLink:
 
 
 @contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """In the main thread, turn SIGTERM into ``SystemExit`` so that ``finally`` blocks stop what we started.
+
+    Python's default SIGTERM action ends the process at once: a SuperLink started in its own session
+    (and the simulation under it) would be left running when a runner is killed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
 def local_superlink(workdir: Path, simulation: bool = True, extra_args: list[str] | None = None,
                     startup_seconds: float = 60, env: dict[str, str] | None = None) -> Iterator[LocalSuperLink]:
     """Start ``flower-superlink`` on 127.0.0.1 (simulation runtime by default); stop it on exit.
 
     ``workdir`` receives the ``FLWR_HOME``, the state database and the log.  ``env`` adds variables to
     the SuperLink's environment, e.g. ``{"RAY_ADDRESS": "head:6379"}`` so that simulations join an
-    existing Ray cluster instead of starting a private one (docs/DEPLOY.md, "Scale-out").
+    existing Ray cluster instead of starting a private one (docs/DEPLOY.md, "Scale-out").  A SIGTERM to
+    this (main-thread) process stops the SuperLink too.
     """
-    workdir = Path(workdir)
+    with _terminate_as_exit():
+        yield from _superlink(Path(workdir), simulation, extra_args, startup_seconds, env)
+
+
+def _superlink(workdir: Path, simulation: bool, extra_args: list[str] | None, startup_seconds: float,
+               env: dict[str, str] | None) -> Iterator[LocalSuperLink]:
     flwr_home = workdir / "flwr-home"
     flwr_home.mkdir(parents=True, exist_ok=True)
     port = free_port()
