@@ -1,10 +1,15 @@
 """Figures and tables of the SCKM paper's Section 6 from our runs (PNG + the CSV behind each).
 
     python scripts/sckm_figures.py results/sckm/select-cifar10-cpu [--out docs/figures/sckm-select-cifar10-cpu]
+        [--add-runs docs/figures/sckm-select-cifar10-cpu/runs.csv]
 
 Reads ``<setting>/<arm>/seed-<k>/summary.json`` written by
-``scripts/run_sckm_experiments.py`` and writes:
+``scripts/run_sckm_experiments.py`` (plus, with ``--add-runs``, the rows of
+an earlier ``runs.csv`` for runs whose folders are gone; a run folder wins
+over a row for the same setting, arm and seed) and writes:
 
+* ``runs``: every run's accuracy per round (and C-hat), the data behind all
+  of the below, small enough to keep in the repository;
 * ``accuracy_per_round``: central test accuracy per round, mean over seeds,
   one panel per setting, every arm (Fig. 4 / 5);
 * ``table``: the layout of Tables 5 and 6 per budget B: accuracy (%) averaged
@@ -34,7 +39,7 @@ TAIL_ROUNDS = 5
 SETTING = re.compile(r"c(?P<clients>\d+)-s(?P<shards>\d+)-b(?P<budget>\d+)")
 
 
-def load_runs(base: Path) -> pd.DataFrame:
+def load_runs(base: Path) -> pd.DataFrame | None:
     """One row per (setting, arm, seed, round) with the accuracy, and C-hat where recorded."""
     rows = []
     for summary_path in sorted(base.glob("*/*/seed-*/summary.json")):
@@ -50,9 +55,21 @@ def load_runs(base: Path) -> pd.DataFrame:
                          "round": rnd, "accuracy": 100.0 * acc,
                          "clusters": clusters[rnd - 1] if 1 <= rnd <= len(clusters) else np.nan,
                          **{k: int(v) for k, v in match.groupdict().items()}})
-    if not rows:
-        raise SystemExit(f"no finished runs under {base}")
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows) if rows else None
+
+
+def add_runs(runs: pd.DataFrame | None, extra: list[Path]) -> pd.DataFrame:
+    """``runs`` plus the rows of earlier ``runs.csv`` files for (setting, arm, seed) not in ``runs``."""
+    frames = [] if runs is None else [runs]
+    for path in extra:
+        rows = pd.read_csv(path)
+        if frames:
+            have = pd.concat(frames)[["setting", "arm", "seed"]].drop_duplicates()
+            rows = rows.merge(have, how="left", indicator=True).query("_merge == 'left_only'").drop(columns="_merge")
+        frames.append(rows)
+    if not frames:
+        raise SystemExit("no runs: give a results folder with finished runs or --add-runs")
+    return pd.concat(frames, ignore_index=True).sort_values(["setting", "arm", "seed", "round"], ignore_index=True)
 
 
 def accuracy_figure(runs: pd.DataFrame, out: Path) -> None:
@@ -160,10 +177,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("base", type=Path, help="results/sckm/<study>-<data>-<profile>")
     parser.add_argument("--out", type=Path, default=None, help="default: docs/figures/sckm-<base name>")
+    parser.add_argument("--add-runs", type=Path, nargs="*", default=[],
+                        help="earlier runs.csv files to include (runs whose folders are gone)")
     args = parser.parse_args(argv)
     out = args.out or Path("docs/figures") / f"sckm-{args.base.name}"
     out.mkdir(parents=True, exist_ok=True)
-    runs = load_runs(args.base)
+    runs = add_runs(load_runs(args.base), args.add_runs)
+    runs.to_csv(out / "runs.csv", index=False)
     accuracy_figure(runs, out)
     tables(runs, out)
     clusters_figure(runs, out)

@@ -38,6 +38,23 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys):
     assert set(table["arm"]) == {"sckm-cluster", "random"} and set(table["budget"]) == {2}
     assert "**Select = 2**" in (tmp_path / "fig" / "table.md").read_text()
 
+    # runs.csv keeps every curve; with --add-runs it stands in for run folders that are gone
+    runs = pd.read_csv(tmp_path / "fig" / "runs.csv")
+    assert len(runs) == 6 and runs[runs["arm"] == "random"]["accuracy"].tolist() == pytest.approx(
+        [100 * a for a in random_curve])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    figures.main([str(empty), "--out", str(tmp_path / "again"), "--add-runs", str(tmp_path / "fig" / "runs.csv")])
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "table.csv"), table)
+    older = runs.assign(accuracy=runs["accuracy"] + 50)  # same runs as the folders: the folders win
+    moved = runs.assign(setting="c10-s5-b2", shards=5)  # a setting whose folders are gone: added
+    pd.concat([older, moved]).to_csv(tmp_path / "older.csv", index=False)
+    figures.main([str(base), "--out", str(tmp_path / "merged"), "--add-runs", str(tmp_path / "older.csv")])
+    merged = pd.read_csv(tmp_path / "merged" / "table.csv").set_index("arm")
+    assert merged["shard 2"].to_dict() == pytest.approx(table.set_index("arm")["shard 2"].to_dict())
+    assert merged["shard 5"].to_dict() == pytest.approx(table.set_index("arm")["shard 2"].to_dict())
+    assert len(pd.read_csv(tmp_path / "merged" / "runs.csv")) == 12
+
 
 def test_unknown_layer_names_are_refused():
     runner = script("run_sckm_experiments")
