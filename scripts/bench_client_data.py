@@ -23,7 +23,7 @@ import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
-import bouquet.client_app as client_app
+from bouquet import client_app
 
 ROOT = Path(__file__).resolve().parents[1]
 

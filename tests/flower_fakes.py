@@ -1,8 +1,16 @@
 """Real Flower records and replies for adapter tests, and small stand-ins for Grid and recorder."""
 
 import numpy as np
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    Metadata,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.app.error import Error
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, Metadata, MetricRecord, RecordDict
 
 
 def arrays(value, shape=(2, 3)):

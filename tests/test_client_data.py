@@ -37,7 +37,7 @@ def test_short_node_file_is_a_clear_error(tmp_path):
 def test_a_worker_decodes_the_images_once_for_all_the_partitions_it_serves(monkeypatch):
     from types import SimpleNamespace
 
-    import bouquet.client_app as client_app
+    from bouquet import client_app
 
     calls = []
     real = client_app.load_images
@@ -48,7 +48,7 @@ def test_a_worker_decodes_the_images_once_for_all_the_partitions_it_serves(monke
     shards = []
     for k in list(range(12)) * 2:  # more partitions than the per-shard cache holds, twice over
         context = SimpleNamespace(run_config=run_config, node_config={"partition-id": k, "num-partitions": 12})
-        _, partition_id, x, y, _ = client_app.vision_data(context)
+        _, partition_id, _, y, _ = client_app.vision_data(context)
         shards.append((partition_id, len(y), int(y.sum())))
     assert len(calls) == 1
     assert shards[:12] == shards[12:] and len({s[2] for s in shards[:12]}) > 1  # same shards, distinct ones

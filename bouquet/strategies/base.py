@@ -159,11 +159,10 @@ class SeededFedAvg(FedAvg):
                 log.warning("%d of %d nodes report no stable identity (no query.identify handler, see "
                             "bouquet.node_identity): they are ordered by node id, which Flower draws at random, "
                             "so their sampling differs from run to run", len(keyless), len(new))
-        ordered = sorted(nodes, key=self._rank)
-        keys_now = [self._identity[n] for n in ordered if self._identity[n] is not None]
-        if len(set(keys_now)) < len(keys_now):
-            log.warning("two connected nodes report the same identity key; they are ordered by node id")
-        return ordered
+            keys_now = [self._identity[n] for n in nodes if self._identity[n] is not None]
+            if len(set(keys_now)) < len(keys_now):
+                log.warning("two connected nodes report the same identity key; they are ordered by node id")
+        return sorted(nodes, key=self._rank)
 
     def _rank(self, node: int) -> tuple[bool, int, int]:
         key = self._identity.get(node)
@@ -185,7 +184,7 @@ class SeededFedAvg(FedAvg):
         return self.stable_order(grid, nodes)
 
     def sample_nodes(self, grid: Grid, server_round: int, count: int) -> list[int]:
-        """``count`` node ids drawn with ``default_rng([seed, server_round])`` from the connected ids in stable order."""
+        """``count`` node ids drawn with ``default_rng([seed, server_round])`` from the nodes in stable order."""
         nodes = self.wait_for_nodes(grid, server_round, count)
         return draw_nodes(nodes, count, np.random.default_rng([self.seed, server_round]))
 
