@@ -22,7 +22,9 @@ over a row for the same setting, arm and seed) and writes:
   setting, and C* (eq. 10) per budget (Fig. 3), when such runs exist;
 * ``rounds_to_target``: the first round whose seed-mean accuracy reaches the
   target (90 % of the best final seed-mean accuracy in that setting) per arm,
-  and the saving of SCKM against each baseline.
+  and the saving of SCKM against each baseline; left empty where the target
+  is not above the accuracy of the untrained model (round 0), i.e. where no
+  arm learned.
 """
 
 from __future__ import annotations
@@ -162,10 +164,13 @@ def rounds_to_target(runs: pd.DataFrame, out: Path) -> None:
     rows = []
     for setting, part in mean.groupby("setting"):
         target = 0.9 * part[part["round"] == last]["accuracy"].max()
+        start = part[part["round"] == 0]["accuracy"].max()
         for arm, arm_part in part.groupby("arm"):
             reached = arm_part[(arm_part["accuracy"] >= target) & (arm_part["round"] > 0)]["round"]
+            # a target the untrained model already meets (no arm learned) says nothing: left empty
             rows.append({"setting": setting, "arm": arm, "target-accuracy": target,
-                         "rounds-to-target": int(reached.min()) if len(reached) else np.nan})
+                         "target-above-start": bool(target > start),
+                         "rounds-to-target": int(reached.min()) if len(reached) and target > start else np.nan})
     table = pd.DataFrame(rows)
     sckm = table[table["arm"].str.startswith("sckm")].set_index("setting")["rounds-to-target"]
     table["sckm-saving-%"] = [100.0 * (1 - sckm.get(s, np.nan) / r) if r and not np.isnan(r) else np.nan

@@ -60,3 +60,20 @@ def test_unknown_layer_names_are_refused():
     runner = script("run_sckm_experiments")
     with pytest.raises(SystemExit, match="known: "):
         runner.main(["--data", "digits", "--profile", "smoke", "--settings", "c7-s1-b1", "--seeds", "0"])
+
+
+def test_rounds_to_target_hand_case_and_no_learning_setting(tmp_path):
+    figures = script("sckm_figures")
+    curves = {("c10-s2-b2", "sckm-select"): [10, 12, 20, 30], ("c10-s2-b2", "random"): [10, 11, 28, 20],
+              ("c10-s1-b2", "sckm-select"): [10, 9, 10, 9], ("c10-s1-b2", "random"): [10, 10, 9, 9]}
+    runs = pd.DataFrame([{"setting": s, "arm": a, "seed": 0, "round": r, "accuracy": acc}
+                         for (s, a), curve in curves.items() for r, acc in enumerate(curve)])
+    figures.rounds_to_target(runs, tmp_path)
+    table = pd.read_csv(tmp_path / "rounds_to_target.csv").set_index(["setting", "arm"])
+    # target = 0.9 x best final (30) = 27: SCKM first reaches it in round 3, random in round 2
+    assert table.loc[("c10-s2-b2", "sckm-select"), "rounds-to-target"] == 3
+    assert table.loc[("c10-s2-b2", "random"), "rounds-to-target"] == 2
+    assert table.loc[("c10-s2-b2", "random"), "sckm-saving-%"] == pytest.approx(100 * (1 - 3 / 2))
+    # nobody learned: the target (0.9 x 9) is below the untrained model's 10 %, so no round is reported
+    assert not table.loc[("c10-s1-b2", "random"), "target-above-start"]
+    assert table.loc["c10-s1-b2", "rounds-to-target"].isna().all()
