@@ -96,7 +96,7 @@ def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float,
     nodes = sorted(grid.get_node_ids())
     record = RecordDict({"arrays": arrays, "config": ConfigRecord({"final": True})})
     messages = [Message(content=record, message_type="evaluate", dst_node_id=n) for n in nodes]
-    rows = []
+    answered = []
     for reply in grid.send_and_receive(messages, timeout=timeout):
         if reply.has_error():
             log.warning("final evaluation: node %d failed: %s", reply.metadata.src_node_id, reply.error.reason)
@@ -104,6 +104,10 @@ def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float,
         row: dict[str, Any] = {"node_id": reply.metadata.src_node_id}
         row.update(dict(reply.content.config_records["info"]))
         row.update(dict(reply.content.metric_records["metrics"]))
+        answered.append((row, reply))
+    rows = []
+    # in partition order, not arrival order, so that predictions.csv is the same file in every run
+    for row, reply in sorted(answered, key=lambda pair: pair[0]["partition-id"]):
         rows.append(row)
         if recorder is not None and "predictions" in reply.content.array_records:
             forecast = {k: v.numpy() for k, v in reply.content.array_records["predictions"].items()}
@@ -112,7 +116,7 @@ def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float,
                 {"partition-id": row["partition-id"], "household": row["household"], "day": day,
                  "actual-litres": float(a), "predicted-litres": float(p)}
                 for day, a, p in zip(days, forecast["actual-litres"], forecast["predicted-litres"])])
-    return sorted(rows, key=lambda r: r["partition-id"])
+    return rows
 
 
 def write_trajectories(strategy: HKFedAvg, folder: Path) -> None:

@@ -60,6 +60,8 @@ def test_same_seed_gives_the_same_run(tmp_path):
         assert trained[0][column].tolist() == trained[1][column].tolist(), column
     summaries = [json.loads((folder / "summary.json").read_text()) for folder in runs]
     assert summaries[0]["mae-litres-mean"] == summaries[1]["mae-litres-mean"]
+    predictions = [(folder / "predictions.csv").read_text() for folder in runs]
+    assert predictions[0] == predictions[1]  # the same file, row for row
 
 
 def test_bad_run_config_value_stops_with_a_clear_message(tmp_path):
