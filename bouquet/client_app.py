@@ -34,7 +34,7 @@ from bouquet.config import AppConfig
 from bouquet.data.images import ImageData, load_images, partition
 from bouquet.data.water import ClientWindows, load_pool
 from bouquet.flower_logging import route_to_flower
-from bouquet.node_identity import register_identity_query
+from bouquet.node_identity import node_config_ints, partition_id, register_identity_query
 from bouquet.sketching import SketchRequest, register_sketch_query, sketch_records
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
 from bouquet.tasks.vision import batch_at, batch_indices, make_model, train_batches
@@ -60,12 +60,10 @@ def _windows(config: AppConfig, partition_id: int, data_path: str | None) -> tup
 def node_data(context: Context) -> tuple[AppConfig, int, str, ClientWindows]:
     """Config, partition id, household id and windows of this node."""
     config = AppConfig.from_run_config(context.run_config)
-    if "partition-id" not in context.node_config:
-        raise KeyError("node config lacks 'partition-id' (start the SuperNode with --node-config \"partition-id=K\")")
-    partition_id = int(context.node_config["partition-id"])
+    node_partition = partition_id(context)
     data_path = context.node_config.get("data-path")
-    household, windows = _windows(config, partition_id, None if data_path is None else str(data_path))
-    return config, partition_id, household, windows
+    household, windows = _windows(config, node_partition, None if data_path is None else str(data_path))
+    return config, node_partition, household, windows
 
 
 @functools.lru_cache(maxsize=2)
@@ -91,12 +89,9 @@ def _shard(config: AppConfig, partition_id: int, num_partitions: int) -> tuple[n
 def vision_data(context: Context) -> tuple[AppConfig, int, np.ndarray, np.ndarray, tuple]:
     """Config, partition id, this node's training images and labels, (image shape, classes)."""
     config = AppConfig.from_run_config(context.run_config)
-    for key in ("partition-id", "num-partitions"):
-        if key not in context.node_config:
-            raise KeyError(f"node config lacks {key!r} (the vision task needs partition-id and num-partitions)")
-    partition_id = int(context.node_config["partition-id"])
-    x, y, meta = _shard(config, partition_id, int(context.node_config["num-partitions"]))
-    return config, partition_id, x, y, meta
+    node_partition, num_partitions = node_config_ints(context, "partition-id", "num-partitions")
+    x, y, meta = _shard(config, node_partition, num_partitions)
+    return config, node_partition, x, y, meta
 
 
 def new_model(context: Context) -> torch.nn.Module:
@@ -143,7 +138,7 @@ def task_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 register_identity_query(app)  # the server orders nodes by partition-id: same seed, same clients
 register_sketch_query(app, model_fn=new_model, batch_fn=training_batch,
                       num_examples_fn=lambda context: len(_training_set(context)[1]), loss_fn=task_loss,
-                      seed_fn=lambda context: int(context.node_config["partition-id"]))
+                      seed_fn=partition_id)
 
 
 def _start_training(msg: Message, context: Context, seed: int,

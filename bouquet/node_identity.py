@@ -30,18 +30,33 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
-__all__ = ["IDENTIFY_ACTION", "identify_nodes", "register_identity_query"]
+__all__ = ["IDENTIFY_ACTION", "identify_nodes", "node_config_ints", "partition_id", "register_identity_query"]
 
 IDENTIFY_ACTION = "identify"
 
 
-def _partition_id(context: Context) -> int:
-    if "partition-id" not in context.node_config:
-        raise KeyError("node config lacks 'partition-id': no stable identity to report")
-    return int(context.node_config["partition-id"])
+def node_config_ints(context: Context, *keys: str) -> tuple[int, ...]:
+    """The integer values of ``keys`` in the node config, or a KeyError naming every missing key.
+
+    Raises
+    ------
+    KeyError
+        When a key is absent; the message says how a SuperNode is given it.
+    """
+    missing = [key for key in keys if key not in context.node_config]
+    if missing:
+        settings = " ".join(f"{key}=..." for key in missing)
+        raise KeyError(f"node config lacks {', '.join(map(repr, missing))} "
+                       f"(start the SuperNode with --node-config \"{settings}\")")
+    return tuple(int(context.node_config[key]) for key in keys)
 
 
-def register_identity_query(app: ClientApp, key_fn: Callable[[Context], int] = _partition_id) -> None:
+def partition_id(context: Context) -> int:
+    """This node's ``partition-id``: its data partition and its stable identity."""
+    return node_config_ints(context, "partition-id")[0]
+
+
+def register_identity_query(app: ClientApp, key_fn: Callable[[Context], int] = partition_id) -> None:
     """Register the ``query.identify`` handler on ``app``.
 
     Parameters

@@ -52,3 +52,30 @@ def test_a_worker_decodes_the_images_once_for_all_the_partitions_it_serves(monke
         shards.append((partition_id, len(y), int(y.sum())))
     assert len(calls) == 1
     assert shards[:12] == shards[12:] and len({s[2] for s in shards[:12]}) > 1  # same shards, distinct ones
+
+
+@pytest.mark.parametrize("node_config, missing", [
+    ({"num-partitions": 12}, "'partition-id'"),
+    ({"partition-id": 3}, "'num-partitions'"),
+    ({}, "'partition-id', 'num-partitions'"),
+])
+def test_a_vision_node_without_its_partition_keys_names_them_all(node_config, missing):
+    from types import SimpleNamespace
+
+    from bouquet import client_app
+
+    context = SimpleNamespace(run_config={"task": "vision", "vision-dataset": "digits"}, node_config=node_config)
+    with pytest.raises(KeyError) as raised:
+        client_app.vision_data(context)
+    assert f"lacks {missing} (start the SuperNode with --node-config" in raised.value.args[0]
+
+
+def test_the_identity_key_and_the_sketch_seed_are_the_partition_id():
+    from types import SimpleNamespace
+
+    from bouquet.node_identity import partition_id
+
+    assert partition_id(SimpleNamespace(node_config={"partition-id": "7"})) == 7
+    with pytest.raises(KeyError) as raised:
+        partition_id(SimpleNamespace(node_config={"data-path": "own.csv"}))
+    assert "lacks 'partition-id'" in raised.value.args[0]
