@@ -140,3 +140,18 @@ def test_selectors_say_what_they_miss_and_refuse_bad_budgets():
         make_selector("afl", beta=1)
     with pytest.raises(ValueError, match="rows"):
         Candidates(ids=[1, 2], losses=np.ones(3))
+
+
+def test_candidates_subset_keeps_every_row_attribute_of_the_chosen_positions():
+    from bouquet.algorithms.selection import Candidates
+
+    cands = Candidates(ids=[7, 8, 9], sketches=np.arange(6.0).reshape(3, 2), layer_sizes=[2],
+                       losses=np.array([0.1, 0.2, 0.3]), num_examples=np.array([5.0, 6.0, 7.0]),
+                       last_round=np.array([-1, 2, 3]))
+    sub = cands.subset([2, 0])
+    assert sub.ids == [9, 7] and sub.layer_sizes == [2]
+    np.testing.assert_array_equal(sub.sketches, [[4.0, 5.0], [0.0, 1.0]])
+    np.testing.assert_array_equal(sub.losses, [0.3, 0.1])
+    np.testing.assert_array_equal(sub.num_examples, [7.0, 5.0])
+    np.testing.assert_array_equal(sub.last_round, [3, -1])
+    assert len(cands.subset([])) == 0 and Candidates(ids=[1]).subset([0]).losses is None

@@ -143,6 +143,32 @@ def test_piggyback_explores_unseen_nodes_first_then_scores_stored_sketches():
     assert set(sixth) <= set(table) and strategy.history[-1]["explored"] == 3
 
 
+class ObservingSelector(RandomSelector):
+    """Random selection that records which candidates' losses it was shown (as FedCor learns from them)."""
+
+    needs = ("losses",)
+
+    def __init__(self):
+        self.observed = []
+
+    def observe(self, candidates):
+        self.observed.append(sorted(candidates.ids))
+
+
+def test_piggyback_shows_each_stored_loss_to_the_selector_once():
+    table, _ = _table(k=6)
+    selector = ObservingSelector()
+    strategy = selection_strategy(selector, SeededFedAvg, clients_per_round=3, mode="piggyback", max_sketch_age=5)
+    grid = FakeGrid(sorted(table))
+    first = sorted(m.metadata.dst_node_id for m in strategy.configure_train(1, arrays(0.0), ConfigRecord(), grid))
+    strategy.aggregate_train(1, [_train_reply(n, 0.0, table[n]) for n in first])
+    second = strategy.sample_nodes(grid, 2, 3)  # the unexplored three
+    strategy.aggregate_train(2, [_train_reply(n, 0.0, table[n]) for n in second])
+    strategy.sample_nodes(grid, 3, 3)
+    strategy.sample_nodes(grid, 4, 3)  # nobody trained in round 3: nothing new to learn from
+    assert selector.observed == [first, sorted(second), []]
+
+
 def test_composes_with_hk_aggregation_and_validates():
     cls = selecting(HKFedAvg)
     assert cls is selecting(HKFedAvg) and issubclass(cls, HKFedAvg)

@@ -127,6 +127,8 @@ class ClientSelection:
         else:
             cands, facts = self._from_piggyback(server_round, nodes)
         unexplored = facts.pop("unexplored", [])
+        if cands.losses is not None:  # piggyback: only losses measured since the last round are news
+            self.selector.observe(cands.subset(facts.pop("new-positions", range(len(cands)))))
         selected, report = self._choose(cands, min(count, len(cands) + len(unexplored)), unexplored, rng)
         if not selected:
             log.warning("round %d: no candidate is selectable (all queries failed); sampling uniformly instead",
@@ -149,8 +151,6 @@ class ClientSelection:
         explore = [unexplored[int(i)] for i in rng.permutation(len(unexplored))][:budget]
         report: dict[str, Any] = {"explored": len(explore)} if self.mode == "piggyback" else {}
         rest = budget - len(explore)
-        if cands.losses is not None:
-            self.selector.observe(cands)
         if rest <= 0 or len(cands) == 0:
             return explore, report
         if len(cands) <= rest:  # nothing to choose between
@@ -215,7 +215,11 @@ class ClientSelection:
         unexplored = [n for n in nodes if n not in fresh]
         cands = self._candidates(fresh, [self.known[n] for n in fresh])
         ages = [server_round - self.known[n]["round"] for n in fresh]
-        return cands, {"unexplored": unexplored, "sketch-age-mean": float(np.mean(ages)) if ages else None}
+        # a stored sketch is observed once, in the round after it arrived, not again at every later round
+        # (a stale loss seen twice would read as "no change" to FedCor's loss-change history)
+        new = [i for i, n in enumerate(cands.ids) if self.known[n]["round"] == server_round - 1]
+        return cands, {"unexplored": unexplored, "new-positions": new,
+                       "sketch-age-mean": float(np.mean(ages)) if ages else None}
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
