@@ -129,9 +129,9 @@ def training_batch(context: Context, batch_size: int, rng: np.random.Generator) 
 
 
 def task_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy for class labels, MSE for forecasts (the loss each task trains with)."""
-    if targets.dtype == torch.int64:
-        return torch.nn.functional.cross_entropy(outputs, targets)
+    """Cross-entropy for class labels (integer targets), MSE for forecasts (float targets)."""
+    if not targets.dtype.is_floating_point:
+        return torch.nn.functional.cross_entropy(outputs, targets.long())
     return torch.nn.functional.mse_loss(outputs, targets)
 
 

@@ -79,3 +79,16 @@ def test_the_identity_key_and_the_sketch_seed_are_the_partition_id():
     with pytest.raises(KeyError) as raised:
         partition_id(SimpleNamespace(node_config={"data-path": "own.csv"}))
     assert "lacks 'partition-id'" in raised.value.args[0]
+
+
+@pytest.mark.parametrize("label_dtype", ["int64", "int32", "uint8"])
+def test_the_sketch_loss_is_cross_entropy_for_any_integer_labels_and_mse_for_forecasts(label_dtype):
+    import torch
+
+    from bouquet.client_app import task_loss
+
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+    labels = torch.from_numpy(np.array([0, 1], dtype=label_dtype))
+    expected = -(np.log(np.exp(2) / (np.exp(2) + 1)) + np.log(np.e / (np.e + 1))) / 2  # by hand
+    assert task_loss(logits, labels).item() == pytest.approx(expected, rel=1e-6)
+    assert task_loss(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 1.0])).item() == pytest.approx(2.5)
