@@ -49,7 +49,8 @@ def job(data: str, profile: str, setting: str, arm: str, seed: int, base: Path) 
                supernodes)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (also checked by the one-command reproduction's tests)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", choices=sorted(STUDIES), default="select")
     parser.add_argument("--data", default="cifar10", help="experiments/sckm/data/<name>.toml")
@@ -58,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all' (the study's)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default="results/sckm")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     study = STUDIES[args.study]
     settings = study["settings"] if args.settings == "all" else args.settings.split(",")

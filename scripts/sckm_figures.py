@@ -178,13 +178,18 @@ def rounds_to_target(runs: pd.DataFrame, out: Path) -> None:
     table.to_csv(out / "rounds_to_target.csv", index=False)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (also checked by the one-command reproduction's tests)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("base", type=Path, help="results/sckm/<study>-<data>-<profile>")
     parser.add_argument("--out", type=Path, default=None, help="default: docs/figures/sckm-<base name>")
     parser.add_argument("--add-runs", type=Path, nargs="*", default=[],
                         help="earlier runs.csv files to include (runs whose folders are gone)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     out = args.out or Path("docs/figures") / f"sckm-{args.base.name}"
     out.mkdir(parents=True, exist_ok=True)
     runs = add_runs(load_runs(args.base), args.add_runs)

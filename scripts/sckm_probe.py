@@ -109,7 +109,8 @@ def tables(pairs: pd.DataFrame, out: Path) -> None:
         (out / f"{name}.md").write_text("\n".join(lines) + "\n")
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (also checked by the one-command reproduction's tests)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", choices=["digits", "cifar10"], default="digits")
     parser.add_argument("--shards", type=int, nargs="+", default=[1, 2, 5])
@@ -124,7 +125,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--val-size", type=int, default=0,
                         help="score each pair on this many of the held-out images (0 = all of the 10%% split)")
     parser.add_argument("--out", type=Path, default=None, help="default: results/sckm/probe-<data>")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     torch.set_num_threads(1)
     out = args.out or ROOT / "results" / "sckm" / f"probe-{args.data}"
     out.mkdir(parents=True, exist_ok=True)

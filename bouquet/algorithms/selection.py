@@ -111,10 +111,10 @@ class Candidates:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def subset(self, positions: Sequence[int]) -> "Candidates":
+    def subset(self, positions: Sequence[int]) -> Candidates:
         """The candidates at ``positions``, every attribute restricted to them."""
         rows = np.asarray(positions, dtype=np.int64)
-        take = lambda value: None if value is None else np.asarray(value)[rows]  # noqa: E731
+        take = lambda value: None if value is None else np.asarray(value)[rows]
         return Candidates(ids=[self.ids[int(i)] for i in rows], sketches=take(self.sketches),
                           layer_sizes=self.layer_sizes, losses=take(self.losses),
                           num_examples=take(self.num_examples), last_round=take(self.last_round))
