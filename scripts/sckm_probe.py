@@ -17,10 +17,17 @@ min-max normalised within the slice (round, S, seed), is the pair's label
 rank (eq. 6) and Rel.A (eq. 7) per shard setting and per round (pooled over
 seeds and the other axis), in the layout of Tables 3 and 4.
 
+Per client and probed round it also records what SCKM-Select ranks by, eta
+(eq. 9, on the layer-weighted sketches the selector uses), beside the
+client's sketch norm, loss at the global model, number of classes, and
+partner accuracy (mean validation accuracy of its 9 pairs): does eta pick
+good partners, or does it track the gradient's scale?  Spearman correlations
+per (shards, round), mean +- std over seeds, go to ``probe_clients.md``.
+
 This is an analysis, not a federated run, so it calls the task functions
 directly instead of going through Flower. Writes ``probe_pairs.csv`` (every
-pair with its features and label), ``probe_rank.csv``/``.md`` and
-``probe_rel_a.csv``/``.md`` to ``--out``.
+pair with its features and label), ``probe_rank.csv``/``.md``,
+``probe_rel_a.csv``/``.md`` and ``probe_clients.csv``/``.md`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import pandas as pd
 import torch
 
 from bouquet.algorithms.probe import FEATURES, minmax_labels, pair_features, probe_losses, rank_and_relative_accuracy
+from bouquet.algorithms.sckm import layer_coordinate_weights, sckm_eta
 from bouquet.data.images import VisionDataConfig, load_images, shard_partition
 from bouquet.tasks.vision import VisionTrainSettings, accuracy, batch_at, gradient_sketch, make_model, train_batches
 
@@ -46,8 +54,24 @@ def average(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return {k: sum(s[k] for s in states) / len(states) for k in states[0]}
 
 
-def collect(data, shards: int, seed: int, rounds: list[int], args) -> list[dict]:
-    """Pairs with features and labels for one (shards, seed) trajectory."""
+def client_rows(sketches: np.ndarray, layer_sizes: list[int], losses: list[float], classes: list[int],
+                pairs: list[tuple[int, int]], scores: list[float]) -> list[dict]:
+    """Per client: SCKM-Select's eta (eq. 9 on ``"normalized"`` layer-weighted sketches), the norm of that
+    weighted sketch, its loss and classes, and its partner accuracy (mean score of the pairs it is in)."""
+    weighted = sketches * layer_coordinate_weights(sketches, layer_sizes, "normalized")
+    eta = sckm_eta(weighted)
+    partner = np.zeros(len(sketches))
+    count = np.zeros(len(sketches))
+    for (i, j), score in zip(pairs, scores):
+        partner[[i, j]] += score
+        count[[i, j]] += 1
+    return [{"client": k, "eta": float(eta[k]), "sketch-norm": float(np.linalg.norm(weighted[k])),
+             "loss": float(losses[k]), "classes": int(classes[k]), "partner-accuracy": float(partner[k] / count[k])}
+            for k in range(len(sketches))]
+
+
+def collect(data, shards: int, seed: int, rounds: list[int], args) -> tuple[list[dict], list[dict]]:
+    """Pairs with features and labels, and per-client rows, for one (shards, seed) trajectory."""
     rng = np.random.default_rng([seed, shards])
     holdout = rng.permutation(len(data.y_train))
     n_val = len(holdout) // 10
@@ -59,16 +83,18 @@ def collect(data, shards: int, seed: int, rounds: list[int], args) -> list[dict]
     torch.manual_seed(seed)
     model = make_model(args.model, data.shape, len(data.classes))
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    rows = []
+    classes = [len(np.unique(data.y_train[idx])) for idx in parts]
+    rows, clients = [], []
     for t in range(1, max(rounds) + 1):
-        trained, sketches = [], []
+        trained, sketches, losses = [], [], []
         for k, idx in enumerate(parts):
             client_rng = np.random.default_rng([seed, shards, t, k])
             model.load_state_dict(state)
             if t in rounds:
                 batch = batch_at(data.x_train[idx], data.y_train[idx], args.batch_size, client_rng)
-                sketch, _, _ = gradient_sketch(model, batch, args.sketch_fraction, [seed, t])
+                sketch, loss, layer_sizes = gradient_sketch(model, batch, args.sketch_fraction, [seed, t])
                 sketches.append(sketch.astype(np.float64))
+                losses.append(loss)
             train_batches(model, data.x_train[idx], data.y_train[idx], settings, client_rng)
             trained.append({key: v.clone() for key, v in model.state_dict().items()})
         if t in rounds:
@@ -82,10 +108,32 @@ def collect(data, shards: int, seed: int, rounds: list[int], args) -> list[dict]
             for row, label in zip(pair_rows, minmax_labels(np.array(scores))):
                 row["label"] = float(label)
             rows += pair_rows
+            pairs = [(r["i"], r["j"]) for r in pair_rows]
+            clients += [{"shards": shards, "seed": seed, "round": t, **row}
+                        for row in client_rows(np.stack(sketches), layer_sizes, losses, classes, pairs, scores)]
             print(f"  S={shards} seed {seed} round {t}: {len(pair_rows)} pairs, val accuracy "
                   f"{min(scores):.3f}-{max(scores):.3f}", flush=True)
         state = average(trained)  # FedAvg over all clients moves the trajectory on
-    return rows
+    return rows, clients
+
+
+CLIENT_FACTS = ("sketch-norm", "loss", "classes", "partner-accuracy")
+
+
+def client_table(clients: pd.DataFrame, out: Path) -> None:
+    """Spearman(eta, fact) per (shards, round, seed); mean +- std over seeds to ``probe_clients.md``."""
+    clients.to_csv(out / "probe_clients.csv", index=False)
+    rows = []
+    for (shards, t, seed), part in clients.groupby(["shards", "round", "seed"]):
+        rows.append({"shards": shards, "round": t, "seed": seed,
+                     **{fact: part["eta"].corr(part[fact], method="spearman") for fact in CLIENT_FACTS}})
+    table = pd.DataFrame(rows).groupby(["shards", "round"])[list(CLIENT_FACTS)].agg(["mean", "std"])
+    lines = ["| shards | round | " + " | ".join(f"Spearman(eta, {f})" for f in CLIENT_FACTS) + " |",
+             "|--:|--:|" + "--:|" * len(CLIENT_FACTS)]
+    for (shards, t), r in table.iterrows():
+        lines.append(f"| {shards} | {t} | " + " | ".join(
+            f"{r[(f, 'mean')]:+.2f} +- {r[(f, 'std')]:.2f}" for f in CLIENT_FACTS) + " |")
+    (out / "probe_clients.md").write_text("\n".join(lines) + "\n")
 
 
 def tables(pairs: pd.DataFrame, out: Path) -> None:
@@ -136,15 +184,18 @@ def main(argv: list[str] | None = None) -> None:
     config = VisionDataConfig() if args.data == "digits" else VisionDataConfig("imagefolder", str(CIFAR))
     data = load_images(config)
     started = time.time()
-    rows = []
+    rows, clients = [], []
     for shards in args.shards:
         for seed in args.seeds:
-            rows += collect(data, shards, seed, sorted(args.rounds), args)
+            trajectory_pairs, trajectory_clients = collect(data, shards, seed, sorted(args.rounds), args)
+            rows += trajectory_pairs
+            clients += trajectory_clients
     pairs = pd.DataFrame(rows)
     pairs.to_csv(out / "probe_pairs.csv", index=False)
     tables(pairs, out)
-    print((out / "probe_rank.md").read_text())
-    print((out / "probe_rel_a.md").read_text())
+    client_table(pd.DataFrame(clients), out)
+    for name in ("probe_rank", "probe_rel_a", "probe_clients"):
+        print((out / f"{name}.md").read_text())
     print(f"{len(pairs)} pairs in {time.time() - started:.0f} s; tables in {out}")
 
 

@@ -95,3 +95,25 @@ def test_probe_script_writes_pairs_and_tables(tmp_path):
     rank = pd.read_csv(tmp_path / "probe_rank.csv")
     assert set(rank["charac"]) == {"shards", "round", "all"}
     assert (tmp_path / "probe_rel_a.md").read_text().startswith("| charac | type | cos1")
+    clients = pd.read_csv(tmp_path / "probe_clients.csv")
+    assert len(clients) == 2 * 4 and set(clients["client"]) == {0, 1, 2, 3}
+    for (_, t), part in clients.groupby(["seed", "round"]):  # partner accuracy: mean of the client's 3 pairs
+        scores = pairs[pairs["round"] == t]
+        for k in range(4):
+            mine = scores[(scores["i"] == k) | (scores["j"] == k)]["val-accuracy"]
+            assert part.loc[part["client"] == k, "partner-accuracy"].item() == pytest.approx(mine.mean())
+    assert (tmp_path / "probe_clients.md").read_text().count("\n") == 2 + 2  # header + 2 probed rounds
+
+
+def test_client_rows_eta_is_sckm_selects_and_partner_accuracy_is_a_mean_by_hand():
+    from bouquet.algorithms.sckm import layer_coordinate_weights, sckm_eta
+    from tests.script_loader import script
+
+    g = np.array([[1.0, -2.0, 0.5], [0.0, 1.0, 1.0], [2.0, 0.5, -1.0]])
+    rows = script("sckm_probe").client_rows(g, [2, 1], [0.3, 0.2, 0.1], [1, 2, 2], [(0, 1), (0, 2), (1, 2)],
+                                            [0.5, 0.7, 0.9])
+    weighted = g * layer_coordinate_weights(g, [2, 1], "normalized")
+    np.testing.assert_allclose([r["eta"] for r in rows], sckm_eta(weighted))
+    np.testing.assert_allclose([r["sketch-norm"] for r in rows], np.linalg.norm(weighted, axis=1))
+    assert [r["partner-accuracy"] for r in rows] == pytest.approx([0.6, 0.7, 0.8])
+    assert [r["classes"] for r in rows] == [1, 2, 2] and [r["loss"] for r in rows] == [0.3, 0.2, 0.1]
