@@ -27,18 +27,36 @@ import functools
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.clientapp import ClientApp
 
 from bouquet.config import AppConfig
 from bouquet.data.images import ImageData, load_images, partition
 from bouquet.data.water import ClientWindows, load_pool
 from bouquet.flower_logging import route_to_flower
-from bouquet.node_identity import node_config_ints, partition_id, register_identity_query
+from bouquet.node_identity import (
+    node_config_ints,
+    partition_id,
+    register_identity_query,
+)
 from bouquet.sketching import SketchRequest, register_sketch_query, sketch_records
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
 from bouquet.tasks.vision import batch_at, batch_indices, make_model, train_batches
-from bouquet.tasks.water import LSTMForecaster, evaluate_windows, predict, proximal_penalty, train_windows
+from bouquet.tasks.water import (
+    LSTMForecaster,
+    evaluate_windows,
+    predict,
+    proximal_penalty,
+    train_windows,
+)
 
 route_to_flower()
 app = ClientApp()

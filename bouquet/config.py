@@ -26,7 +26,7 @@ from bouquet.tasks.perfedavg import PerFedAvgSettings
 from bouquet.tasks.vision import MODELS, VisionTrainSettings
 from bouquet.tasks.water import TrainSettings
 
-__all__ = ["AppConfig", "ConfigError", "STRATEGIES", "TASKS"]
+__all__ = ["STRATEGIES", "TASKS", "AppConfig", "ConfigError"]
 
 #: Use cases: household water forecasting (HK paper) or image classification (SCKM paper).
 TASKS = ("water", "vision")

@@ -37,7 +37,7 @@ __all__ = ["Deployment", "deployment", "make_certificates", "make_node_key", "sp
 
 
 def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
-    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
     return done
@@ -111,6 +111,7 @@ class Deployment:
     def flwr(self, *args: str, timeout: float | None = 600, capture: bool = True) -> subprocess.CompletedProcess:
         """A ``flwr`` command against this deployment's connection."""
         return subprocess.run([_bin("flwr"), *args], env=offline_env(self.flwr_home), capture_output=capture,
+                              check=False,
                               text=True, timeout=timeout)
 
     def register(self, public_key: Path) -> None:

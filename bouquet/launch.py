@@ -69,7 +69,7 @@ class LocalSuperLink:
             command += ["--run-config", run_config]
         if federation_config:
             command += ["--federation-config", federation_config]
-        return subprocess.run(command, env=offline_env(self.flwr_home), capture_output=capture, text=True,
+        return subprocess.run(command, env=offline_env(self.flwr_home), capture_output=capture, text=True, check=False,
                               timeout=timeout)
 
     def stop(self) -> None:

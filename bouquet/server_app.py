@@ -26,15 +26,22 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.serverapp import Grid, ServerApp
 
 from bouquet.algorithms.hk import opinion_trajectory_2d
 from bouquet.algorithms.sckm import average_cardinality
 from bouquet.config import AppConfig
-from bouquet.flower_logging import route_to_flower
 from bouquet.data.images import load_images
 from bouquet.data.water import load_pool
+from bouquet.flower_logging import route_to_flower
 from bouquet.results import RunRecorder
 from bouquet.strategies.base import Recorder, SeededFedAvg
 from bouquet.strategies.fedprox import SeededFedProx

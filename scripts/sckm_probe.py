@@ -41,10 +41,23 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bouquet.algorithms.probe import FEATURES, minmax_labels, pair_features, probe_losses, rank_and_relative_accuracy
+from bouquet.algorithms.probe import (
+    FEATURES,
+    minmax_labels,
+    pair_features,
+    probe_losses,
+    rank_and_relative_accuracy,
+)
 from bouquet.algorithms.sckm import layer_coordinate_weights, sckm_eta
 from bouquet.data.images import VisionDataConfig, load_images, shard_partition
-from bouquet.tasks.vision import VisionTrainSettings, accuracy, batch_at, gradient_sketch, make_model, train_batches
+from bouquet.tasks.vision import (
+    VisionTrainSettings,
+    accuracy,
+    batch_at,
+    gradient_sketch,
+    make_model,
+    train_batches,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CIFAR = ROOT / ".." / "shared" / "data" / "cifar10" / "cifar10-jpeg.tar.gz"

@@ -6,7 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bouquet.data.daiad import CleaningRules, DaiadFormatError, clean_to_daily, read_daiad
+from bouquet.data.daiad import (
+    CleaningRules,
+    DaiadFormatError,
+    clean_to_daily,
+    read_daiad,
+)
 
 ROWS = [
     ("a", "01/03/2016 00:30:00", 100, 0),

@@ -8,7 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bouquet.deploy import deployment, make_certificates, make_node_key, start_supernode, wait_for_nodes
+from bouquet.deploy import (
+    deployment,
+    make_certificates,
+    make_node_key,
+    start_supernode,
+    wait_for_nodes,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
@@ -62,7 +68,6 @@ def test_a_supernode_killed_mid_round_does_not_stop_the_run(tmp_path):
     """Node 2 dies while training round 1: the round completes with nodes 0 and 1 and the log names node 2."""
     import re
     import signal
-    import subprocess
     import threading
 
     with deployment(tmp_path, secure=False) as deploy:

@@ -171,15 +171,14 @@ def test_sckm_selection_drops_into_a_foreign_torch_app(tmp_path):
 def test_simulation_joins_an_existing_ray_cluster(tmp_path):
     """Scale-out on one machine: a Ray head started separately; the simulation connects to it as a driver."""
     import os
+    import shutil
     import signal
     import subprocess
     import sys
+    import tempfile
     import time
 
     from bouquet.launch import free_port
-
-    import shutil
-    import tempfile
 
     port = free_port()
     ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # Ray's socket paths must stay under 108 bytes

@@ -3,7 +3,11 @@
 import numpy as np
 import pytest
 
-from bouquet.algorithms.coalitions_fixed_k import fixed_k_aggregate, fixed_k_coalitions, relabel_by_first_appearance
+from bouquet.algorithms.coalitions_fixed_k import (
+    fixed_k_aggregate,
+    fixed_k_coalitions,
+    relabel_by_first_appearance,
+)
 from bouquet.strategies import FixedKFedAvg
 from tests.flower_fakes import ListRecorder, arrays, reply
 from tests.test_hk_strategy import model

@@ -5,8 +5,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bouquet.algorithms.hk import (HKParams, coalition_weights, gram_embedding, gram_matrix, hk_aggregate,
-                                   hk_coalitions, hk_dynamics, neighbourhoods, opinion_trajectory_2d)
+from bouquet.algorithms.hk import (
+    HKParams,
+    coalition_weights,
+    gram_embedding,
+    gram_matrix,
+    hk_aggregate,
+    hk_coalitions,
+    hk_dynamics,
+    neighbourhoods,
+    opinion_trajectory_2d,
+)
 
 
 def same_partition(a, b):

@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from bouquet.tasks.perfedavg import PerFedAvgSettings, perfedavg_step, personalize, train_perfedavg
+from bouquet.tasks.perfedavg import (
+    PerFedAvgSettings,
+    perfedavg_step,
+    personalize,
+    train_perfedavg,
+)
 
 
 class Vector(torch.nn.Module):

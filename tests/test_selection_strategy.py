@@ -2,11 +2,23 @@
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, Metadata, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    Metadata,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.app.error import Error
 
 from bouquet.algorithms.sckm import layer_coordinate_weights, sckm_select
-from bouquet.algorithms.selection import RandomSelector, SCKMClusterSelector, SCKMSelectSelector
+from bouquet.algorithms.selection import (
+    RandomSelector,
+    SCKMClusterSelector,
+    SCKMSelectSelector,
+)
 from bouquet.strategies.base import SeededFedAvg
 from bouquet.strategies.hk import HKFedAvg
 from bouquet.strategies.selection import selecting, selection_strategy

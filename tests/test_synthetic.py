@@ -3,7 +3,12 @@
 import numpy as np
 import pytest
 
-from bouquet.data.synthetic import ARCHETYPES, SyntheticConfig, generate_household, generate_population
+from bouquet.data.synthetic import (
+    ARCHETYPES,
+    SyntheticConfig,
+    generate_household,
+    generate_population,
+)
 from bouquet.data.water import WaterDataConfig, build_pool
 
 

@@ -7,10 +7,21 @@ import pytest
 import torch
 
 from bouquet.algorithms.sckm import sketch_indices
-from bouquet.data.images import (VisionDataConfig, dirichlet_partition, load_images, partition,
-                                 shard_partition)
-from bouquet.tasks.vision import (VisionTrainSettings, accuracy, batch_at, gradient_sketch, make_model,
-                                  train_batches)
+from bouquet.data.images import (
+    VisionDataConfig,
+    dirichlet_partition,
+    load_images,
+    partition,
+    shard_partition,
+)
+from bouquet.tasks.vision import (
+    VisionTrainSettings,
+    accuracy,
+    batch_at,
+    gradient_sketch,
+    make_model,
+    train_batches,
+)
 
 
 def test_digits_load_offline_as_bytes_with_a_stratified_split():

@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 
 from bouquet.data.synthetic import SyntheticConfig
-from bouquet.data.water import (HouseholdDaily, InsufficientDataError, WaterDataConfig, load_pool, make_windows,
-                                select_pool)
+from bouquet.data.water import (
+    HouseholdDaily,
+    InsufficientDataError,
+    WaterDataConfig,
+    load_pool,
+    make_windows,
+    select_pool,
+)
 
 
 def household(values, hid="h"):

@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "KNOWN_HEADERS",
     "CleaningRules",
     "DaiadFormatError",
-    "KNOWN_HEADERS",
     "clean_to_daily",
     "read_daiad",
 ]

@@ -143,8 +143,7 @@ class WaterDataConfig:
 
 
 def _pipeline_source_hash() -> str:
-    import bouquet.data.daiad as daiad
-    import bouquet.data.synthetic as synthetic
+    from bouquet.data import daiad, synthetic
 
     digest = hashlib.sha256()
     for module_file in (daiad.__file__, synthetic.__file__, __file__):

@@ -32,9 +32,19 @@ from torch import nn
 
 from bouquet.algorithms.sckm import sketch_indices
 
-__all__ = ["MODELS", "SmallCNN", "VGG16", "VisionTrainSettings", "accuracy", "batch_at", "batch_indices",
-           "gradient_sketch",
-           "make_model", "to_tensor", "train_batches"]
+__all__ = [
+    "MODELS",
+    "VGG16",
+    "SmallCNN",
+    "VisionTrainSettings",
+    "accuracy",
+    "batch_at",
+    "batch_indices",
+    "gradient_sketch",
+    "make_model",
+    "to_tensor",
+    "train_batches",
+]
 
 MODELS = ("cnn", "vgg16")
 VGG16_LAYOUT = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")

@@ -4,7 +4,9 @@ import numpy as np
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
-from bouquet.strategies import HKFedAvg  # was: from flwr.serverapp.strategy import FedAvg
+from bouquet.strategies import (
+    HKFedAvg,  # was: from flwr.serverapp.strategy import FedAvg
+)
 
 app = ServerApp()
 
