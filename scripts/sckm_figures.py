@@ -24,18 +24,30 @@ over a row for the same setting, arm and seed) and writes:
   target (90 % of the best final seed-mean accuracy in that setting) per arm,
   and the saving of SCKM against each baseline; left empty where the target
   is not above the accuracy of the untrained model (round 0), i.e. where no
-  arm learned.
+  arm learned;
+* ``selection_facts``: what each arm chose, from the run folders'
+  ``train_clients.csv`` and ``selection.csv`` and each client's classes (the
+  run's own seeded partition, rebuilt from its ``config.json``): distinct
+  classes covered by a round's trained clients, the loss rank of the chosen
+  among the candidates (1 = highest loss; empty where the arm asked no
+  losses), rounds that re-use a client of the previous round, and distinct
+  clients over the run; per run in the CSV, per setting and arm in ``.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from bouquet.config import AppConfig
+from bouquet.data.images import VisionDataConfig, load_images, partition
 
 TAIL_ROUNDS = 5
 SETTING = re.compile(r"c(?P<clients>\d+)-s(?P<shards>\d+)-b(?P<budget>\d+)")
@@ -188,6 +200,78 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_selection_facts(trained: dict[int, list[int]], client_classes: list[set[int]],
+                        candidate_losses: dict[int, dict[int, float]] | None = None,
+                        chosen: dict[int, list[int]] | None = None) -> dict[str, float]:
+    """What one run chose, from the partitions trained per round.
+
+    Parameters
+    ----------
+    trained : {round: partition ids trained that round}
+    client_classes : the label set of each partition
+    candidate_losses : {round: {node id: loss at the global model}}, optional (query-phase selectors)
+    chosen : {round: node ids selected among those candidates}, optional
+
+    Returns
+    -------
+    dict
+        ``classes-covered`` (mean over rounds of the size of the union of the trained clients' classes),
+        ``reused-rounds`` (rounds sharing a client with the round before), ``distinct-clients``, and
+        ``loss-rank`` (mean rank of the chosen by loss, 1 = highest; NaN without losses).
+    """
+    rounds = sorted(trained)
+    covered = [len(set().union(*(client_classes[k] for k in trained[r]))) for r in rounds]
+    reused = sum(bool(set(trained[r]) & set(trained[p])) for p, r in itertools.pairwise(rounds))
+    ranks = []
+    for r, losses in (candidate_losses or {}).items():
+        order = sorted(losses, key=lambda node: -losses[node])
+        ranks += [order.index(node) + 1 for node in (chosen or {}).get(r, []) if node in losses]
+    return {"classes-covered": float(np.mean(covered)), "reused-rounds": reused,
+            "distinct-clients": len(set().union(*(set(trained[r]) for r in rounds))),
+            "loss-rank": float(np.mean(ranks)) if ranks else np.nan}
+
+
+@functools.lru_cache(maxsize=8)
+def _client_classes(vision: VisionDataConfig, num_clients: int) -> list[set[int]]:
+    """Each client's label set under the run's own seeded partition (what its ClientApp trains on)."""
+    labels = load_images(vision).y_train
+    return [set(np.unique(labels[rows]).tolist()) for rows in partition(labels, num_clients, vision)]
+
+
+def selection_facts(base: Path, out: Path) -> pd.DataFrame | None:
+    """``selection_facts.csv`` (per run) and ``.md`` (per setting and arm) from the run folders in ``base``."""
+    rows = []
+    for run in sorted(base.glob("*/*/seed-*/")):
+        match = SETTING.fullmatch(run.parent.parent.name)
+        if match is None or not (run / "train_clients.csv").exists() or not (run / "config.json").exists():
+            continue
+        config = AppConfig.from_run_config(json.loads((run / "config.json").read_text()))
+        classes = _client_classes(config.vision_data(), int(match["clients"]))
+        train = pd.read_csv(run / "train_clients.csv")
+        trained = {int(r): part["partition-id"].astype(int).tolist() for r, part in train.groupby("round")}
+        losses = chosen = None
+        if (run / "selection.csv").exists():
+            sel = pd.read_csv(run / "selection.csv").dropna(subset=["loss"])
+            losses = {int(r): dict(zip(part["node_id"], part["loss"])) for r, part in sel.groupby("round")}
+            chosen = {int(r): part.loc[part["selected"], "node_id"].tolist() for r, part in sel.groupby("round")}
+        rows.append({"setting": run.parent.parent.name, "arm": run.parent.name,
+                     "seed": int(run.name.removeprefix("seed-")),
+                     **run_selection_facts(trained, classes, losses, chosen)})
+    if not rows:
+        return None
+    facts = pd.DataFrame(rows)
+    facts.to_csv(out / "selection_facts.csv", index=False)
+    header = ("| setting | arm | classes covered a round (mean over seeds) | loss rank of the chosen (1 = highest) "
+              "| rounds re-using a client | distinct clients |")
+    lines = [header, "|---|---|--:|--:|--:|--:|"]
+    span = lambda col: f"{col.min():.3g}-{col.max():.3g}" if col.notna().any() else "-"
+    for (setting, arm), part in facts.groupby(["setting", "arm"]):
+        lines.append(f"| {setting} | {arm} | {part['classes-covered'].mean():.2f} | {span(part['loss-rank'])} | "
+                     f"{span(part['reused-rounds'])} | {span(part['distinct-clients'])} |")
+    (out / "selection_facts.md").write_text("\n".join(lines) + "\n")
+    return facts
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     out = args.out or Path("docs/figures") / f"sckm-{args.base.name}"
@@ -198,6 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     tables(runs, out)
     clusters_figure(runs, out)
     rounds_to_target(runs, out)
+    selection_facts(args.base, out)
     print((out / "table.md").read_text())
     print(f"figures and CSVs in {out}")
 

@@ -12,6 +12,10 @@ pytestmark = pytest.mark.e2e
 
 
 def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from bouquet import client_app
+
     runner, figures = script("run_sckm_experiments"), script("sckm_figures")
     args = ["--study", "select", "--data", "digits", "--profile", "smoke", "--settings", "c10-s2-b2",
             "--arms", "sckm-cluster,random", "--seeds", "0", "--out", str(tmp_path)]
@@ -30,6 +34,18 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys):
         assert (tmp_path / "fig" / f"{name}.png").stat().st_size > 1000, name
     for name in ("accuracy_per_round", "table", "seeds", "clusters_per_round", "c_star", "rounds_to_target"):
         assert len(pd.read_csv(tmp_path / "fig" / f"{name}.csv")) > 0, name
+    facts = pd.read_csv(tmp_path / "fig" / "selection_facts.csv").set_index("arm")
+    assert set(facts.index) == {"sckm-cluster", "random"}
+    for arm in ("sckm-cluster", "random"):  # classes covered, from what each trained client's ClientApp holds
+        run = base / "c10-s2-b2" / arm / "seed-0"
+        config = json.loads((run / "config.json").read_text())
+        trained = pd.read_csv(run / "train_clients.csv")
+        covered = [len(set().union(*(set(client_app.vision_data(SimpleNamespace(
+            run_config=config, node_config={"partition-id": k, "num-partitions": 10}))[3].tolist())
+            for k in part["partition-id"]))) for _, part in trained.groupby("round")]
+        assert facts.loc[arm, "classes-covered"] == pytest.approx(np.mean(covered)), arm
+        assert facts.loc[arm, "distinct-clients"] == trained["partition-id"].nunique()
+    assert np.isnan(facts.loc["random", "loss-rank"]) and 1 <= facts.loc["sckm-cluster", "loss-rank"] <= 9.5
     seeds = pd.read_csv(tmp_path / "fig" / "seeds.csv").set_index("arm")
     random_curve = json.loads((base / "c10-s2-b2" / "random" / "seed-0" / "summary.json").read_text())[
         "accuracy-per-round"]  # rounds 0-2 are all within the last 5
@@ -77,3 +93,15 @@ def test_rounds_to_target_hand_case_and_no_learning_setting(tmp_path):
     # nobody learned: the target (0.9 x 9) is below the untrained model's 10 %, so no round is reported
     assert not table.loc[("c10-s1-b2", "random"), "target-above-start"]
     assert table.loc["c10-s1-b2", "rounds-to-target"].isna().all()
+
+
+def test_selection_facts_hand_case():
+    figures = script("sckm_figures")
+    classes = [{0}, {0, 1}, {2}, {3, 4}]
+    trained = {1: [0, 1], 2: [1, 2], 3: [3, 0]}
+    losses = {1: {10: 0.5, 11: 0.9, 12: 0.1}, 2: {10: 0.2, 11: 0.3, 12: 0.4}}
+    chosen = {1: [10, 11], 2: [12]}  # ranks 2 and 1, then 1
+    facts = figures.run_selection_facts(trained, classes, losses, chosen)
+    assert facts == {"classes-covered": pytest.approx((2 + 3 + 3) / 3), "reused-rounds": 1, "distinct-clients": 4,
+                     "loss-rank": pytest.approx(4 / 3)}
+    assert np.isnan(figures.run_selection_facts(trained, classes)["loss-rank"])
