@@ -133,7 +133,7 @@ def collect(data, shards: int, seed: int, rounds: list[int], args) -> tuple[list
 CLIENT_FACTS = ("sketch-norm", "loss", "classes", "partner-accuracy")
 
 
-def client_table(clients: pd.DataFrame, out: Path) -> None:
+def client_table(clients: pd.DataFrame, pairs: pd.DataFrame, out: Path) -> None:
     """Spearman(eta, fact) per (shards, round, seed); mean +- std over seeds to ``probe_clients.md``."""
     clients.to_csv(out / "probe_clients.csv", index=False)
     rows = []
@@ -146,7 +146,31 @@ def client_table(clients: pd.DataFrame, out: Path) -> None:
     for (shards, t), r in table.iterrows():
         lines.append(f"| {shards} | {t} | " + " | ".join(
             f"{r[(f, 'mean')]:+.2f} +- {r[(f, 'std')]:.2f}" for f in CLIENT_FACTS) + " |")
+    lines += ["", ("Percentile (0-100, among the slice's pairs by validation accuracy; random pair ~ 50) of the "
+                   "pair SCKM-Select would choose at B = 2 (the two largest eta) and of the two highest-loss "
+                   "clients, mean +- std over seeds:"), "", "| shards | round | top-2 eta pair | top-2 loss pair |", "|--:|--:|--:|--:|"]
+    picks = chosen_pair_percentiles(pairs, clients)
+    for (shards, t), part in picks.groupby(["shards", "round"]):
+        lines.append(f"| {shards} | {t} | " + " | ".join(
+            f"{part[c].mean():.0f} +- {part[c].std():.0f}" for c in ("eta-pair", "loss-pair")) + " |")
+    picks.to_csv(out / "probe_chosen_pairs.csv", index=False)
     (out / "probe_clients.md").write_text("\n".join(lines) + "\n")
+
+
+def chosen_pair_percentiles(pairs: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
+    """Per (shards, seed, round): the percentile of the top-2-eta pair and of the top-2-loss pair among the
+    slice's pairs (share of pairs with a lower validation accuracy, in %)."""
+    rows = []
+    for (shards, seed, t), part in clients.groupby(["shards", "seed", "round"]):
+        slice_pairs = pairs[(pairs["shards"] == shards) & (pairs["seed"] == seed) & (pairs["round"] == t)]
+        accuracy = {(int(i), int(j)): a for i, j, a in
+                    zip(slice_pairs["i"], slice_pairs["j"], slice_pairs["val-accuracy"])}
+        row = {"shards": shards, "seed": seed, "round": t}
+        for name, column in (("eta-pair", "eta"), ("loss-pair", "loss")):
+            i, j = sorted(part.nlargest(2, column)["client"].astype(int))
+            row[name] = 100.0 * float(np.mean([a < accuracy[(i, j)] for a in accuracy.values()]))
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def tables(pairs: pd.DataFrame, out: Path) -> None:
@@ -206,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     pairs = pd.DataFrame(rows)
     pairs.to_csv(out / "probe_pairs.csv", index=False)
     tables(pairs, out)
-    client_table(pd.DataFrame(clients), out)
+    client_table(pd.DataFrame(clients), pairs, out)
     for name in ("probe_rank", "probe_rel_a", "probe_clients"):
         print((out / f"{name}.md").read_text())
     print(f"{len(pairs)} pairs in {time.time() - started:.0f} s; tables in {out}")

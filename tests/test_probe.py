@@ -102,7 +102,8 @@ def test_probe_script_writes_pairs_and_tables(tmp_path):
         for k in range(4):
             mine = scores[(scores["i"] == k) | (scores["j"] == k)]["val-accuracy"]
             assert part.loc[part["client"] == k, "partner-accuracy"].item() == pytest.approx(mine.mean())
-    assert (tmp_path / "probe_clients.md").read_text().count("\n") == 2 + 2  # header + 2 probed rounds
+    summary = (tmp_path / "probe_clients.md").read_text()
+    assert summary.count("\n| 1 | ") == 2 * 2 and "top-2 eta pair" in summary  # 2 probed rounds in both tables
 
 
 def test_client_rows_eta_is_sckm_selects_and_partner_accuracy_is_a_mean_by_hand():
@@ -117,3 +118,17 @@ def test_client_rows_eta_is_sckm_selects_and_partner_accuracy_is_a_mean_by_hand(
     np.testing.assert_allclose([r["sketch-norm"] for r in rows], np.linalg.norm(weighted, axis=1))
     assert [r["partner-accuracy"] for r in rows] == pytest.approx([0.6, 0.7, 0.8])
     assert [r["classes"] for r in rows] == [1, 2, 2] and [r["loss"] for r in rows] == [0.3, 0.2, 0.1]
+
+
+def test_chosen_pair_percentile_by_hand():
+    import pandas as pd
+
+    from tests.script_loader import script
+
+    pairs = pd.DataFrame({"shards": 2, "seed": 0, "round": 5, "i": [0, 0, 1], "j": [1, 2, 2],
+                          "val-accuracy": [0.3, 0.1, 0.2]})
+    clients = pd.DataFrame({"shards": 2, "seed": 0, "round": 5, "client": [0, 1, 2],
+                            "eta": [0.9, 0.1, 0.5], "loss": [0.1, 2.0, 1.0]})
+    row = script("sckm_probe").chosen_pair_percentiles(pairs, clients).iloc[0]
+    assert row["eta-pair"] == 0.0  # clients 0 and 2: pair (0, 2) at 0.1, no pair is worse
+    assert row["loss-pair"] == pytest.approx(100 / 3)  # clients 1 and 2: pair (1, 2) at 0.2, only (0, 2) is worse
