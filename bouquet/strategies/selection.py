@@ -127,8 +127,9 @@ class ClientSelection:
         else:
             cands, facts = self._from_piggyback(server_round, nodes)
         unexplored = facts.pop("unexplored", [])
-        if cands.losses is not None:  # piggyback: only losses measured since the last round are news
-            self.selector.observe(cands.subset(facts.pop("new-positions", range(len(cands)))))
+        news = facts.pop("new-positions", range(len(cands)))  # piggyback: losses measured since the last round
+        if cands.losses is not None:
+            self.selector.observe(cands.subset(news))
         selected, report = self._choose(cands, min(count, len(cands) + len(unexplored)), unexplored, rng)
         if not selected:
             log.warning("round %d: no candidate is selectable (all queries failed); sampling uniformly instead",
