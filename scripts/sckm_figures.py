@@ -130,14 +130,19 @@ def tables(runs: pd.DataFrame, out: Path) -> None:
             row["all std"] = cells["accuracy"].std(ddof=0)
             rows.append(row)
     table = pd.DataFrame(rows)
+    shard_columns = [f"shard {k}" for k in sorted(mean["shards"].unique())]  # a budget may lack a shard count
+    table = table.reindex(columns=["budget", "arm", *shard_columns, *[f"round {r}" for r in checkpoints],
+                                   "all avg", "all std"])
     table.to_csv(out / "table.csv", index=False)
     lines = []
     for budget, part in table.groupby("budget"):
         cols = [c for c in part.columns if c not in ("budget", "arm")]
-        lines += [f"**Select = {budget}** (accuracy %, seed means; rounds {checkpoints} of {last})", "",
+        missing = [c for c in shard_columns if part[c].isna().all()]
+        note = f"; {', '.join(missing)} not run, so the rounds and averages are over the others" if missing else ""
+        lines += [f"**Select = {budget}** (accuracy %, seed means; rounds {checkpoints} of {last}{note})", "",
                   "| arm | " + " | ".join(cols) + " |", "|---|" + "--:|" * len(cols)]
         for _, r in part.sort_values("all avg", ascending=False).iterrows():
-            lines.append(f"| {r['arm']} | " + " | ".join(f"{r[c]:.2f}" for c in cols) + " |")
+            lines.append(f"| {r['arm']} | " + " | ".join("-" if pd.isna(r[c]) else f"{r[c]:.2f}" for c in cols) + " |")
         lines.append("")
     (out / "table.md").write_text("\n".join(lines))
 

@@ -105,3 +105,18 @@ def test_selection_facts_hand_case():
     assert facts == {"classes-covered": pytest.approx((2 + 3 + 3) / 3), "reused-rounds": 1, "distinct-clients": 4,
                      "loss-rank": pytest.approx(4 / 3)}
     assert np.isnan(figures.run_selection_facts(trained, classes)["loss-rank"])
+
+
+def test_table_of_a_budget_missing_a_shard_count_marks_it_not_run(tmp_path):
+    figures = script("sckm_figures")
+    curves = {"c10-s1-b2": [10, 10, 10, 10, 10], "c10-s2-b2": [10, 12, 14, 16, 18], "c10-s2-b3": [10, 20, 30, 40, 50]}
+    runs = pd.DataFrame([{"setting": s, "arm": "random", "seed": 0, "round": r, "accuracy": acc,
+                          "shards": int(s[5]), "budget": int(s[8])}
+                         for s, curve in curves.items() for r, acc in enumerate(curve)])
+    figures.tables(runs, tmp_path)
+    table = pd.read_csv(tmp_path / "table.csv").set_index("budget")
+    assert list(table.columns[:3]) == ["arm", "shard 1", "shard 2"]
+    assert table.loc[2, "shard 1"] == 10 and table.loc[2, "shard 2"] == 15  # rounds 1-4 of 4: (12+14+16+18)/4
+    assert np.isnan(table.loc[3, "shard 1"]) and table.loc[3, "all avg"] == 35
+    text = (tmp_path / "table.md").read_text()
+    assert "| random | - | 35.00 |" in text and "shard 1 not run" in text.split("**Select = 3**")[1]
