@@ -127,9 +127,9 @@ class ClientSelection:
         else:
             cands, facts = self._from_piggyback(server_round, nodes)
         unexplored = facts.pop("unexplored", [])
-        news = facts.pop("new-positions", range(len(cands)))  # piggyback: losses measured since the last round
+        news = facts.pop("new-positions", None)  # piggyback: only losses measured since the last round
         if cands.losses is not None:
-            self.selector.observe(cands.subset(news))
+            self.selector.observe(cands if news is None else cands.subset(news))
         selected, report = self._choose(cands, min(count, len(cands) + len(unexplored)), unexplored, rng)
         if not selected:
             log.warning("round %d: no candidate is selectable (all queries failed); sampling uniformly instead",
