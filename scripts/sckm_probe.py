@@ -48,7 +48,7 @@ from bouquet.algorithms.probe import (
     probe_losses,
     rank_and_relative_accuracy,
 )
-from bouquet.algorithms.sckm import layer_coordinate_weights, sckm_eta
+from bouquet.algorithms.selection import Candidates, SCKMSelectSelector
 from bouquet.data.images import VisionDataConfig, load_images, shard_partition
 from bouquet.tasks.vision import (
     VisionTrainSettings,
@@ -69,10 +69,10 @@ def average(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
 
 def client_rows(sketches: np.ndarray, layer_sizes: list[int], losses: list[float], classes: list[int],
                 pairs: list[tuple[int, int]], scores: list[float]) -> list[dict]:
-    """Per client: SCKM-Select's eta (eq. 9 on ``"normalized"`` layer-weighted sketches), the norm of that
-    weighted sketch, its loss and classes, and its partner accuracy (mean score of the pairs it is in)."""
-    weighted = sketches * layer_coordinate_weights(sketches, layer_sizes, "normalized")
-    eta = sckm_eta(weighted)
+    """Per client: SCKM-Select's eta (eq. 9 on its layer-weighted sketches), the norm of that weighted sketch,
+    its loss and classes, and its partner accuracy (mean score of the pairs it is in)."""
+    weighted, eta = SCKMSelectSelector().scores(
+        Candidates(ids=list(range(len(sketches))), sketches=sketches, layer_sizes=list(layer_sizes)))
     partner = np.zeros(len(sketches))
     count = np.zeros(len(sketches))
     for (i, j), score in zip(pairs, scores):

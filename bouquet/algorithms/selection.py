@@ -175,10 +175,14 @@ class SCKMSelectSelector(Selector):
     name: ClassVar[str] = "sckm-select"
     needs: ClassVar[tuple[str, ...]] = ("sketches",)
 
+    def scores(self, candidates: Candidates) -> tuple[np.ndarray, np.ndarray]:
+        """The layer-weighted sketches and each candidate's eta (eq. 9), what :meth:`select` ranks by."""
+        g = _weighted_sketches(candidates, self.layer_combine)
+        return g, (sckm_eta(g) if len(g) > 1 else np.zeros(1))
+
     def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
         self._checked(candidates, budget)
-        g = _weighted_sketches(candidates, self.layer_combine)
-        eta = sckm_eta(g) if len(g) > 1 else np.zeros(1)
+        g, eta = self.scores(candidates)
         picked = sckm_select(g, budget, rng, last_round=candidates.last_round, eta=eta)
         return Choice(picked, {"eta-selected": [float(eta[i]) for i in picked],
                                "eta-mean": float(eta.mean())})
