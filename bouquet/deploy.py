@@ -154,10 +154,9 @@ def start_supernode(deploy: Deployment, partition_id: int, data_path: Path | Non
         command += ["--root-certificates", str(root_certificates or deploy.certificates["ca"])]
     if private_key is not None:
         command += ["--auth-supernode-private-key", str(private_key)]
-    log = open(deploy.workdir / f"supernode-{partition_id}.log", "a")
-    process = subprocess.Popen(command, env=offline_env(deploy.flwr_home), stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
-    log.close()
+    with open(deploy.workdir / f"supernode-{partition_id}.log", "a") as log:  # the child keeps its own copy
+        process = subprocess.Popen(command, env=offline_env(deploy.flwr_home), stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
     deploy.supernodes[partition_id] = process
     return process
 
@@ -194,10 +193,9 @@ def deployment(workdir: Path, secure: bool = True, startup_seconds: float = 60) 
         connection = "insecure = true\n"
     (flwr_home / "config.toml").write_text(f'[superlink]\ndefault = "bouquet-deploy"\n\n[superlink.bouquet-deploy]\n'
                                            f'address = "127.0.0.1:{port}"\n{connection}')
-    log = open(workdir / "superlink.log", "w")
-    superlink = subprocess.Popen(command, env=offline_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
-    log.close()
+    with open(workdir / "superlink.log", "w") as log:  # the child keeps its own copy
+        superlink = subprocess.Popen(command, env=offline_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
     deploy = Deployment(workdir, port, flwr_home, secure, superlink, certificates=certificates)
     with ExitStack() as stack:
         stack.callback(lambda: [_stop(p) for p in [*deploy.supernodes.values(), superlink]])

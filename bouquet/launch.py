@@ -131,15 +131,14 @@ def _superlink(workdir: Path, simulation: bool, extra_args: list[str] | None, st
     if simulation:
         command.append("--simulation")
     command += extra_args or []
-    log = open(workdir / "superlink.log", "w")
-    process = subprocess.Popen(command, env={**offline_env(flwr_home), **(env or {})}, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    with open(workdir / "superlink.log", "w") as log:  # the child keeps its own copy
+        process = subprocess.Popen(command, env={**offline_env(flwr_home), **(env or {})}, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
     link = LocalSuperLink(process, port, flwr_home)
     try:
         deadline = time.monotonic() + startup_seconds
         while True:
             if process.poll() is not None:
-                log.flush()
                 tail = (workdir / "superlink.log").read_text()[-2000:]
                 raise RuntimeError(f"flower-superlink exited with {process.returncode}:\n{tail}")
             with socket.socket() as sock:
@@ -151,7 +150,6 @@ def _superlink(workdir: Path, simulation: bool, extra_args: list[str] | None, st
         yield link
     finally:
         link.stop()
-        log.close()
 
 
 def parse_overrides(text: str) -> dict:

@@ -65,10 +65,10 @@ def build_strategy(config: AppConfig, recorder: Recorder | None = None) -> Seede
     and the client selector (``selection``; ``random`` is the seeded uniform
     draw of :class:`SeededFedAvg`) compose freely.
     """
-    common: dict[str, Any] = dict(clients_per_round=config.clients_per_round, seed=config.seed,
-                                  node_wait_seconds=config.node_wait_seconds, recorder=recorder,
-                                  fraction_evaluate=0.0 if config.task == "vision" else config.fraction_evaluate,
-                                  min_evaluate_nodes=1, min_available_nodes=1)
+    common: dict[str, Any] = {"clients_per_round": config.clients_per_round, "seed": config.seed,
+                              "node_wait_seconds": config.node_wait_seconds, "recorder": recorder,
+                              "fraction_evaluate": 0.0 if config.task == "vision" else config.fraction_evaluate,
+                              "min_evaluate_nodes": 1, "min_available_nodes": 1}
     host: type[SeededFedAvg]
     if config.strategy == "fedavg" or config.strategy.startswith("perfedavg-"):  # Per-FedAvg: client-side
         host, extra = SeededFedAvg, {}

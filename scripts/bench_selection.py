@@ -57,20 +57,21 @@ def main() -> None:
     for k in args.k:
         rng = np.random.default_rng(k)
         sketches = rng.standard_t(df=3, size=(k, args.d))  # heavy-tailed, like gradient coordinates
-        t_linear, linear = best_time(lambda: sckm_select(sketches, args.budget, np.random.default_rng(0)),
-                                     args.repeats)
+        t_linear, linear = best_time(
+            lambda sketches=sketches: sckm_select(sketches, args.budget, np.random.default_rng(0)), args.repeats)
 
-        def pairwise():
+        def pairwise(sketches=sketches):
             m = sckm_matrix(sketches)
-            eta = (m.sum(axis=1) - np.diag(m)) / (k - 1)
+            eta = (m.sum(axis=1) - np.diag(m)) / (len(sketches) - 1)
             return sckm_select(sketches, args.budget, np.random.default_rng(0), eta=eta)
 
         t_pair, picked = best_time(pairwise, args.repeats)
         same = sorted(linear.tolist()) == sorted(picked.tolist())
         np.testing.assert_allclose(sckm_eta(sketches[:50]),
                                    (sckm_matrix(sketches[:50]).sum(1) - np.diag(sckm_matrix(sketches[:50]))) / 49)
-        t_cluster, result = best_time(lambda: sckm_cluster(sketches, args.budget, np.random.default_rng(0),
-                                                           sample_size=args.sample_size), args.repeats)
+        t_cluster, result = best_time(
+            lambda sketches=sketches: sckm_cluster(sketches, args.budget, np.random.default_rng(0),
+                                                   sample_size=args.sample_size), args.repeats)
         row = {"K": k, "d": args.d, "B": args.budget, "select-linear-s": t_linear, "select-pairwise-s": t_pair,
                "pairwise-over-linear": t_pair / t_linear, "same-selection": same, "cluster-s": t_cluster,
                "cluster-C-hat": result.n_clusters}

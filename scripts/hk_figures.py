@@ -150,7 +150,7 @@ def trajectories(runs: dict[str, list[Path]], out: Path) -> None:
         return
     fig, axes = plt.subplots(2, (len(arms) + 1) // 2, figsize=(4 * ((len(arms) + 1) // 2), 7), squeeze=False)
     for ax, arm in zip(axes.T.ravel(), arms):
-        folder = sorted(runs[arm])[0]
+        folder = min(runs[arm])
         files = sorted((folder / "trajectories").glob("round-*.npz"))
         if not files:
             ax.set_title(f"{arm}: no trajectories")
@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> None:
 
     table = final_mae(runs)
     table.to_csv(out / "final_mae.csv", index=False)
-    lines = ["| method | seeds | final MAE (L/day), mean +- std across clients | MAE std across seeds | "
-             "final MSE (scaled), mean over clients +- std across seeds |",
+    lines = [("| method | seeds | final MAE (L/day), mean +- std across clients | MAE std across seeds | "
+              "final MSE (scaled), mean over clients +- std across seeds |"),
              "|---|--:|--:|--:|--:|"]
     lines += [f"| {r.arm} | {r.seeds} | {r.mae_mean:.2f} +- {r.mae_std_across_clients:.2f} | "
               f"{r.mae_std_across_seeds:.2f} | {r.final_mse:.4f} +- {r.final_mse_std_across_seeds:.4f} |"

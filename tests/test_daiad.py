@@ -135,7 +135,7 @@ def test_gap_is_missing_not_zero():
     later_times, later_diffs = hourly_day("2016-03-04", litres=20)
     later_diffs[0] = 999.0  # the reading after a 2-day gap: timing unknown
     daily, report = clean_to_daily(readings(first_times + later_times, first_diffs + later_diffs))
-    first, series = daily["h"]
+    _first, series = daily["h"]
     np.testing.assert_allclose(series, [240.0, np.nan, np.nan, 480.0])
     assert report.loc["h", "long_gap_readings"] == 1 and report.loc["h", "long_gap_litres"] == 999.0
     assert report.loc["h", "valid_days"] == 2 and report.loc["h", "days_spanned"] == 4

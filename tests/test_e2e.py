@@ -147,7 +147,7 @@ def test_vision_sckm_cluster_with_hk_aggregation_on_digit_shards(tmp_path):
 
 
 def test_vision_piggyback_selection_explores_then_reuses_sketches(tmp_path):
-    folder, stdout = run_app(tmp_path, 'task="vision" selection="sckm-select" selection-mode="piggyback" '
+    folder, _stdout = run_app(tmp_path, 'task="vision" selection="sckm-select" selection-mode="piggyback" '
                                        'strategy="fedavg" num-server-rounds=3 clients-per-round=2', supernodes=4)
     select = [r for r in _rounds(folder) if r["phase"] == "select"]
     assert [r["explored"] for r in select[:2]] == [2, 2]  # 4 unseen nodes: two rounds of exploration
@@ -182,11 +182,11 @@ def test_simulation_joins_an_existing_ray_cluster(tmp_path):
 
     port = free_port()
     ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # Ray's socket paths must stay under 108 bytes
-    head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
-                             "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "2",
-                             "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(ray_dir)],
-                            stdout=open(tmp_path / "ray-head.log", "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(tmp_path / "ray-head.log", "w") as log:  # the child keeps its own copy
+        head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+                                 "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "2",
+                                 "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(ray_dir)],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while not list(ray_dir.glob("session_*/logs/raylet.out")):

@@ -26,7 +26,7 @@ def test_nan_reply_is_never_averaged_in(caplog):
     strategy._sent_arrays = arrays(0.0)
     replies = [reply(1, arrays(1.0), examples=10), reply(2, arrays(3.0), examples=30), reply(3, arrays(np.nan))]
     with caplog.at_level("WARNING"):
-        result, metrics = strategy.aggregate_train(1, replies)
+        result, _metrics = strategy.aggregate_train(1, replies)
     np.testing.assert_allclose(result["w"].numpy(), 2.5)  # (1*10 + 3*30) / 40, node 3 excluded
     assert "node 3 excluded" in caplog.text
     (_, phase, logged), = recorder.rounds

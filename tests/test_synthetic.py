@@ -45,7 +45,7 @@ def population():
 def test_population_statistics_in_documented_ranges(population):
     """Ranges from docs/DATA.md (real 92-household file: mean ~235 L/day, ~51% zero hours)."""
     assert len(population) == 1099
-    assert set(h.archetype for h in population) <= set(ARCHETYPES)
+    assert {h.archetype for h in population} <= set(ARCHETYPES)
     residential = [h for h in population if h.archetype not in ("vacant", "non-residential")]
     means = np.array([h.daily.mean() for h in residential])
     assert 200 <= means.mean() <= 270
