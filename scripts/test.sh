@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
+.venv/bin/ruff check --quiet .   # lint first: seconds, and a finding fails the run
 exec .venv/bin/python -m pytest -q "$@"
