@@ -45,7 +45,8 @@ class AppConfig:
     """All run-config keys of the bouquet water app (kebab-case in TOML).
 
     Server: ``num-server-rounds`` (T), ``clients-per-round`` (S),
-    ``fraction-evaluate``, ``strategy``, ``seed``, ``results-dir``,
+    ``fraction-evaluate`` (share of the nodes evaluated each round, a seeded
+    draw), ``strategy``, ``seed``, ``results-dir``,
     ``run-name``, ``node-wait-seconds``, ``round-timeout`` (seconds the server
     waits for a round's replies; a node that has not answered by then is
     reported lost and the round goes on without it).

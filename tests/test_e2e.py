@@ -50,14 +50,20 @@ def test_fedavg_water_run_writes_results_and_learns(tmp_path):
 
 
 def test_same_seed_gives_the_same_run(tmp_path):
-    """Flower draws new node ids every run; sampling and aggregation follow partition ids, so two runs match."""
-    config = ('strategy="fedavg" num-server-rounds=2 clients-per-round=2 local-epochs=1 seed=3 '
-              "synthetic-households=200 active-factor=0.5")
+    """Flower draws new node ids every run; sampling (training and evaluation) and aggregation follow partition
+    ids, so two runs match."""
+    config = ('strategy="fedavg" num-server-rounds=2 clients-per-round=2 fraction-evaluate=0.5 local-epochs=1 '
+              'seed=3 synthetic-households=200 active-factor=0.5')
     runs = [run_app(tmp_path / f"run{i}", config, supernodes=6)[0] for i in (1, 2)]
     trained = [pd.read_csv(folder / "train_clients.csv").sort_values(["round", "partition-id"]) for folder in runs]
     assert trained[0]["node_id"].tolist() != trained[1]["node_id"].tolist()  # new node ids ...
     for column in ("round", "partition-id", "train-loss"):  # ... same clients, same training
         assert trained[0][column].tolist() == trained[1][column].tolist(), column
+    evaluated = [pd.read_csv(folder / "evaluate_clients.csv").sort_values(["round", "partition-id"])
+                 for folder in runs]
+    assert evaluated[0].groupby("round").size().tolist() == [3, 3]  # half of the 6 nodes each round
+    for column in ("round", "partition-id", "mse"):  # the same seeded draw of evaluators, the same scores
+        assert evaluated[0][column].tolist() == evaluated[1][column].tolist(), column
     summaries = [json.loads((folder / "summary.json").read_text()) for folder in runs]
     assert summaries[0]["mae-litres-mean"] == summaries[1]["mae-litres-mean"]
     predictions = [(folder / "predictions.csv").read_text() for folder in runs]

@@ -50,6 +50,28 @@ def test_sampling_is_seeded_and_sized():
     assert first != a.sample_nodes(grid, 2, 7)
 
 
+def test_evaluation_sampling_is_seeded_sized_and_separate_from_training():
+    def evaluated(seed, server_round, grid, fraction=0.2, minimum=1):
+        strategy = SeededFedAvg(clients_per_round=5, seed=seed, fraction_evaluate=fraction,
+                                min_evaluate_nodes=minimum)
+        settings = strategy.fraction_evaluate, strategy.min_evaluate_nodes, strategy.min_available_nodes
+        messages = strategy.configure_evaluate(server_round, arrays(0.0), ConfigRecord({}), grid)
+        assert (strategy.fraction_evaluate, strategy.min_evaluate_nodes, strategy.min_available_nodes) == settings
+        assert all(m.content["config"]["server-round"] == server_round for m in messages)
+        return sorted(m.metadata.dst_node_id for m in messages)  # Flower shuffles the message order
+
+    nodes = range(100, 150)
+    first = evaluated(3, 1, FakeGrid(nodes))
+    assert len(set(first)) == 10  # int(50 * 0.2)
+    assert first == evaluated(3, 1, FakeGrid(reversed(nodes)))  # Flower's own draw differs almost surely
+    assert first != evaluated(3, 2, FakeGrid(nodes)) and first != evaluated(4, 1, FakeGrid(nodes))
+    assert first != sorted(SeededFedAvg(clients_per_round=10, seed=3).sample_nodes(FakeGrid(nodes), 1, 10))
+    assert len(evaluated(3, 1, FakeGrid(nodes), fraction=0.01, minimum=4)) == 4  # min_evaluate_nodes wins
+    assert len(evaluated(3, 1, FakeGrid([7, 8]), fraction=0.5, minimum=4)) == 2  # never more than connected
+    assert evaluated(3, 1, FakeGrid(nodes), fraction=1.0) == list(nodes)
+    assert evaluated(3, 1, FakeGrid(nodes), fraction=0.0) == []
+
+
 def test_sampling_handles_huge_node_ids_and_too_few_nodes(caplog):
     huge = [2**63 + 5, 2**64 - 1, 17]
     strategy = SeededFedAvg(clients_per_round=5, node_wait_seconds=0)

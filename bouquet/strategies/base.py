@@ -11,7 +11,9 @@ Flower's FedAvg round structure and changes three things:
   :mod:`bouquet.node_identity`), because Flower's node ids are random per run;
   nodes that report none come last, by node id.  With
   ``clients_per_round=None`` Flower's ``fraction_train`` sampling is kept
-  unchanged;
+  unchanged.  Evaluation with ``0 < fraction_evaluate < 1`` draws its
+  ``max(int(n * fraction_evaluate), min_evaluate_nodes)`` nodes the same way
+  from its own stream, ``default_rng([seed, server_round, 1])``;
 * **screening**: a training reply whose arrays are not finite or whose array
   names/shapes differ from the model sent is excluded with a warning naming
   the node, never averaged in;
@@ -117,7 +119,9 @@ class SeededFedAvg(FedAvg):
         S, the number of nodes trained per round.  ``None`` keeps Flower's
         ``fraction_train`` sampling.
     seed : int, default 0
-        Sampling seed; round ``t`` uses ``default_rng([seed, t])``.
+        Sampling seed; round ``t`` trains the nodes drawn by
+        ``default_rng([seed, t])`` and, when ``0 < fraction_evaluate < 1``,
+        evaluates those drawn by ``default_rng([seed, t, 1])``.
     node_wait_seconds : float, default 30
         How long to wait for ``clients_per_round`` nodes to connect before
         sampling from those connected (with a warning) instead of waiting
@@ -203,6 +207,23 @@ class SeededFedAvg(FedAvg):
                                                     _NodeSubset(grid, node_ids)))
         self._expected = [m.metadata.dst_node_id for m in messages]
         return messages
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        if self.clients_per_round is None or self.fraction_evaluate in (0.0, 1.0):
+            return super().configure_evaluate(server_round, arrays, config, grid)  # no draw, or Flower's
+        nodes = self.stable_order(grid, grid.get_node_ids())
+        count = max(int(len(nodes) * self.fraction_evaluate), self.min_evaluate_nodes)
+        node_ids = draw_nodes(nodes, count, np.random.default_rng([self.seed, server_round, 1]))
+        log.info("configure_evaluate: sampled %d of %d nodes (seed %d, round %d)", len(node_ids), len(nodes),
+                 self.seed, server_round)
+        # Flower's configure_evaluate builds the messages and must take every node it is shown.
+        kept = self.fraction_evaluate, self.min_evaluate_nodes, self.min_available_nodes
+        self.fraction_evaluate, self.min_evaluate_nodes, self.min_available_nodes = 1.0, 1, 1
+        try:
+            return list(super().configure_evaluate(server_round, arrays, config, _NodeSubset(grid, node_ids)))
+        finally:
+            self.fraction_evaluate, self.min_evaluate_nodes, self.min_available_nodes = kept
 
     # -------------------------------------------------------------- aggregation
     def aggregate_arrays(self, server_round: int, replies: list[RecordDict],
