@@ -15,7 +15,9 @@ Studies (the paper's two tables):
 
 Layers are TOML files in ``experiments/sckm/{data,profiles,settings,arms}``,
 merged data < profile < setting < arm < seed; a setting's ``num-supernodes``
-is the number of simulated clients.  Every run is a real ``flwr run`` of this
+is the number of simulated clients.  A profile's table named after a study
+(``[cluster]``) applies to that study only (the full profile: 60 rounds for
+Table 5, 120 for Table 6, as in the paper).  Every run is a real ``flwr run`` of this
 app (vision task) against one private SuperLink on 127.0.0.1.  Figures and
 tables: ``scripts/sckm_figures.py``.
 """
@@ -38,8 +40,10 @@ STUDIES = {
 }
 
 
-def job(data: str, profile: str, setting: str, arm: str, seed: int, base: Path) -> Job:
-    layers = {**load_layer(EXPERIMENTS, "data", data), **load_layer(EXPERIMENTS, "profiles", profile)}
+def job(data: str, profile: str, setting: str, arm: str, seed: int, base: Path, study: str = "select") -> Job:
+    profile_layer = load_layer(EXPERIMENTS, "profiles", profile)
+    per_study = {name: profile_layer.pop(name) for name in STUDIES if name in profile_layer}
+    layers = {**load_layer(EXPERIMENTS, "data", data), **profile_layer, **per_study.get(study, {})}
     setting_layer = load_layer(EXPERIMENTS, "settings", setting)
     supernodes = int(setting_layer.pop("num-supernodes"))
     layers |= setting_layer | load_layer(EXPERIMENTS, "arms", arm)
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = study["settings"] if args.settings == "all" else args.settings.split(",")
     arms = study["arms"] if args.arms == "all" else args.arms.split(",")
     base = Path(args.out).resolve() / f"{args.study}-{args.data}-{args.profile}"
-    jobs = [job(args.data, args.profile, setting, arm, seed, base)
+    jobs = [job(args.data, args.profile, setting, arm, seed, base, args.study)
             for setting in settings for arm in arms for seed in args.seeds]
     path = jobs[0].run_config.get("vision-data-path")
     if path and not Path(path).exists():

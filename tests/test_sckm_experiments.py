@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bouquet.config import AppConfig
 from tests.script_loader import script
 
 pytestmark = pytest.mark.e2e
@@ -70,6 +71,16 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys):
     assert merged["shard 2"].to_dict() == pytest.approx(table.set_index("arm")["shard 2"].to_dict())
     assert merged["shard 5"].to_dict() == pytest.approx(table.set_index("arm")["shard 2"].to_dict())
     assert len(pd.read_csv(tmp_path / "merged" / "runs.csv")) == 12
+
+
+def test_a_profile_table_named_after_a_study_applies_to_that_study_only(tmp_path):
+    runner = script("run_sckm_experiments")
+    select = runner.job("cifar10", "full", "c10-s2-b2", "sckm-select", 0, tmp_path, "select")
+    cluster = runner.job("cifar10", "full", "c50-s2-b4", "sckm-cluster", 0, tmp_path, "cluster")
+    assert select.run_config["num-server-rounds"] == 60 and cluster.run_config["num-server-rounds"] == 120
+    assert cluster.run_config["vision-model"] == "vgg16" and cluster.run_config["clients-per-round"] == 4
+    assert not set(runner.STUDIES) & (set(select.run_config) | set(cluster.run_config))
+    AppConfig.from_run_config(cluster.run_config)  # every key is a valid run-config key
 
 
 def test_unknown_layer_names_are_refused():
