@@ -210,8 +210,14 @@ def _run_vision(grid: Grid, config: AppConfig, strategy: SeededFedAvg, recorder:
                "final-accuracy": curve[max(curve)] if curve else None,
                **_selection_summary(strategy), "wall-seconds": time.time() - started}
     recorder.write_json("summary.json", summary)
-    log.info("bouquet summary: vision, %s + %s, %d rounds: final test accuracy %s; %s", summary["selection"],
-             config.strategy, config.num_server_rounds, summary["final-accuracy"], recorder.folder)
+    if curve:
+        best = max(sorted(curve), key=curve.get)  # the earliest round with the highest accuracy
+        accuracy_text = f"final test accuracy {100 * curve[max(curve)]:.2f} % (best {100 * curve[best]:.2f} % " \
+                        f"at round {best})"
+    else:
+        accuracy_text = "no test accuracy (no round evaluated)"
+    log.info("bouquet summary: vision, %s + %s, %d rounds: %s; %s", summary["selection"], config.strategy,
+             config.num_server_rounds, accuracy_text, recorder.folder)
 
 
 def _run_water(grid: Grid, config: AppConfig, strategy: SeededFedAvg, recorder: RunRecorder,

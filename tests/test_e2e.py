@@ -144,6 +144,10 @@ def test_vision_sckm_cluster_with_hk_aggregation_on_digit_shards(tmp_path):
     assert summary["clusters-per-round"] == [r["clusters"] for r in select]
     assert summary["c-star"] == int(np.floor(np.mean(summary["clusters-per-round"])))
     assert len(summary["accuracy-per-round"]) == 3
+    curve = summary["accuracy-per-round"]
+    best = int(np.argmax(curve))
+    assert (f"rounds: final test accuracy {100 * curve[-1]:.2f} % (best {100 * curve[best]:.2f} % at round {best})"
+            in stdout)
     selection = pd.read_csv(folder / "selection.csv")
     assert len(selection) == 12 and selection.groupby("round")["selected"].sum().tolist() == [3, 3]
     coalitions = pd.read_csv(folder / "coalitions.csv")
