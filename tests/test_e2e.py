@@ -158,7 +158,7 @@ def test_vision_sckm_cluster_with_hk_aggregation_on_digit_shards(tmp_path):
 
 def test_vision_piggyback_selection_explores_then_reuses_sketches(tmp_path):
     folder, _stdout = run_app(tmp_path, 'task="vision" selection="sckm-select" selection-mode="piggyback" '
-                                       'strategy="fedavg" num-server-rounds=3 clients-per-round=2', supernodes=4)
+                                        'strategy="fedavg" num-server-rounds=3 clients-per-round=2', supernodes=4)
     select = [r for r in _rounds(folder) if r["phase"] == "select"]
     assert [r["explored"] for r in select[:2]] == [2, 2]  # 4 unseen nodes: two rounds of exploration
     assert select[2]["explored"] == 0 and len(select[2]["selected"]) == 2

@@ -131,7 +131,7 @@ PARAMS = st.sampled_from([HKParams("cosine", tau=t) for t in (0.5, 0.75, 0.9)]
                          + [HKParams("euclidean", tau=0.6, opinions="raw"),
                             HKParams("cosine-bounded", eps_l=0.2, eps_r=0.97)])
 CASES = {"seed": st.integers(0, 10_000), "clients": st.integers(2, 25), "dim": st.integers(2, 60),
-             "groups": st.integers(1, 4), "params": PARAMS}
+         "groups": st.integers(1, 4), "params": PARAMS}
 
 
 @settings(max_examples=60, deadline=None)
