@@ -17,7 +17,8 @@ Layers are TOML files in ``experiments/sckm/{data,profiles,settings,arms}``,
 merged data < profile < setting < arm < seed; a setting's ``num-supernodes``
 is the number of simulated clients.  A profile's table named after a study
 (``[cluster]``) applies to that study only (the full profile: 60 rounds for
-Table 5, 120 for Table 6, as in the paper).  Every run is a real ``flwr run`` of this
+Table 5, 120 for Table 6, as in the paper); ``extends = "<profile>"`` starts
+a profile from another one.  Every run is a real ``flwr run`` of this
 app (vision task) against one private SuperLink on 127.0.0.1.  Figures and
 tables: ``scripts/sckm_figures.py``.
 """
@@ -40,8 +41,22 @@ STUDIES = {
 }
 
 
+def load_profile(name: str, seen: tuple[str, ...] = ()) -> dict:
+    """``profiles/<name>.toml`` on top of the profile it ``extends`` (if any)."""
+    if name in seen:
+        raise SystemExit(f"profile {name!r} extends itself: {' -> '.join((*seen, name))}")
+    layer = load_layer(EXPERIMENTS, "profiles", name)
+    base = layer.pop("extends", None)
+    if base is None:
+        return layer
+    merged = load_profile(base, (*seen, name))
+    for study in STUDIES.keys() & layer.keys():  # per-study tables merge key by key
+        layer[study] = {**merged.get(study, {}), **layer[study]}
+    return merged | layer
+
+
 def job(data: str, profile: str, setting: str, arm: str, seed: int, base: Path, study: str = "select") -> Job:
-    profile_layer = load_layer(EXPERIMENTS, "profiles", profile)
+    profile_layer = load_profile(profile)
     per_study = {name: profile_layer.pop(name) for name in STUDIES if name in profile_layer}
     layers = {**load_layer(EXPERIMENTS, "data", data), **profile_layer, **per_study.get(study, {})}
     setting_layer = load_layer(EXPERIMENTS, "settings", setting)

@@ -83,6 +83,20 @@ def test_a_profile_table_named_after_a_study_applies_to_that_study_only(tmp_path
     AppConfig.from_run_config(cluster.run_config)  # every key is a valid run-config key
 
 
+def test_a_profile_extends_another(tmp_path, monkeypatch):
+    runner = script("run_sckm_experiments")
+    longer = runner.job("cifar10", "cpu-60", "c10-s2-b2", "sckm-select", 0, tmp_path, "select").run_config
+    base = runner.job("cifar10", "cpu", "c10-s2-b2", "sckm-select", 0, tmp_path, "select").run_config
+    assert longer == base | {"num-server-rounds": 60} and "extends" not in longer
+    profiles = tmp_path / "experiments"
+    (profiles / "profiles").mkdir(parents=True)
+    (profiles / "profiles" / "a.toml").write_text('extends = "b"\n')
+    (profiles / "profiles" / "b.toml").write_text('extends = "a"\n')
+    monkeypatch.setattr(runner, "EXPERIMENTS", profiles)
+    with pytest.raises(SystemExit, match="extends itself: a -> b -> a"):
+        runner.load_profile("a")
+
+
 def test_unknown_layer_names_are_refused():
     runner = script("run_sckm_experiments")
     with pytest.raises(SystemExit, match="known: "):
