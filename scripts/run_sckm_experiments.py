@@ -41,24 +41,20 @@ STUDIES = {
 }
 
 
-def load_profile(name: str, seen: tuple[str, ...] = ()) -> dict:
-    """``profiles/<name>.toml`` on top of the profile it ``extends`` (if any)."""
+def load_profile(name: str, study: str, seen: tuple[str, ...] = ()) -> dict:
+    """``profiles/<name>.toml`` as ``study`` sees it: on top of the profile it ``extends`` (if any), with its
+    table named after ``study`` applied last and the other studies' tables dropped."""
     if name in seen:
         raise SystemExit(f"profile {name!r} extends itself: {' -> '.join((*seen, name))}")
     layer = load_layer(EXPERIMENTS, "profiles", name)
     base = layer.pop("extends", None)
-    if base is None:
-        return layer
-    merged = load_profile(base, (*seen, name))
-    for study in STUDIES.keys() & layer.keys():  # per-study tables merge key by key
-        layer[study] = {**merged.get(study, {}), **layer[study]}
-    return merged | layer
+    per_study = {other: layer.pop(other) for other in STUDIES if other in layer}
+    inherited = load_profile(base, study, (*seen, name)) if base is not None else {}
+    return inherited | layer | per_study.get(study, {})
 
 
-def job(data: str, profile: str, setting: str, arm: str, seed: int, base: Path, study: str = "select") -> Job:
-    profile_layer = load_profile(profile)
-    per_study = {name: profile_layer.pop(name) for name in STUDIES if name in profile_layer}
-    layers = {**load_layer(EXPERIMENTS, "data", data), **profile_layer, **per_study.get(study, {})}
+def job(data: str, profile: str, setting: str, arm: str, seed: int, base: Path, study: str) -> Job:
+    layers = {**load_layer(EXPERIMENTS, "data", data), **load_profile(profile, study)}
     setting_layer = load_layer(EXPERIMENTS, "settings", setting)
     supernodes = int(setting_layer.pop("num-supernodes"))
     layers |= setting_layer | load_layer(EXPERIMENTS, "arms", arm)

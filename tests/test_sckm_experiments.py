@@ -94,7 +94,7 @@ def test_a_profile_extends_another(tmp_path, monkeypatch):
     (profiles / "profiles" / "b.toml").write_text('extends = "a"\n')
     monkeypatch.setattr(runner, "EXPERIMENTS", profiles)
     with pytest.raises(SystemExit, match="extends itself: a -> b -> a"):
-        runner.load_profile("a")
+        runner.load_profile("a", "select")
 
 
 def test_unknown_layer_names_are_refused():
