@@ -108,7 +108,7 @@ class VisionTrainSettings:
 
     local_batches: int = 10
     batch_size: int = 32
-    learning_rate: float = 0.05
+    learning_rate: float = 0.1
     momentum: float = 0.0
 
     def __post_init__(self) -> None:
