@@ -1,39 +1,65 @@
-"""The app's run configuration: one typed, validated object built in one place.
+"""The app's run configuration: the components' params classes composed, and one generic key mapping.
 
-Every field of :class:`AppConfig` is a run-config key: the field name with
-``_`` replaced by ``-`` (``num_server_rounds`` <-> ``num-server-rounds``).
-Defaults here equal those in ``pyproject.toml``'s ``[tool.flwr.app.config]``
-(a test checks it), so ``run_simulation()`` with an empty run config and
-``flwr run .`` behave alike.
+Each component owns a frozen params class with its defaults and validation (``HKParams``,
+``SamplingParams``, ``WaterDataConfig``, ...).  :class:`AppConfig` holds one instance of each (a
+*section*) and :data:`KEYS` maps every kebab-case run-config key to the field it sets: by default the
+key is the section's prefix plus the field name with ``_`` -> ``-``; a few keys are named otherwise
+(``local-epochs`` sets ``water_train.epochs``), and three are shared by two sections (``batch-size``,
+``data-seed``, ``sckm-layer-combine``), whose classes take that default from one constant.  Defaults
+are read from the classes, so each lives in one place; ``pyproject.toml``'s ``[tool.flwr.app.config]``
+repeats them for ``flwr run`` (a test checks both agree).
+
+The ``strategy`` value is parsed once into a :class:`StrategySpec`.  The HK section exists only when the
+strategy is HK (its geometry comes from the name and decides how ``hk-tau`` is validated); the values of
+its keys are kept either way.  An unknown key or a bad value raises :class:`ConfigError` naming the key.
+Importing this module loads neither torch nor flwr.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+import functools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from bouquet.algorithms.coalitions_fixed_k import FIXED_K_GEOMETRIES, FixedKParams
 from bouquet.algorithms.hk import HKParams
-from bouquet.algorithms.sckm import LAYER_COMBINE
-from bouquet.algorithms.selection import SELECTORS, Selector, make_selector
-from bouquet.data.daiad import CleaningRules
+from bouquet.algorithms.selection import (
+    SELECTORS,
+    AFLSelector,
+    FedCorSelector,
+    PowerOfChoiceSelector,
+    SCKMClusterSelector,
+    SCKMSelectSelector,
+    Selector,
+)
 from bouquet.data.images import VisionDataConfig
-from bouquet.data.synthetic import SyntheticConfig
 from bouquet.data.water import WaterDataConfig
-from bouquet.strategies.selection import MODES
-from bouquet.tasks.perfedavg import PerFedAvgSettings
-from bouquet.tasks.vision import MODELS, VisionTrainSettings
-from bouquet.tasks.water import TrainSettings
+from bouquet.params import ParamError
+from bouquet.strategies.params import CoalitionParams, ProximalParams, SamplingParams, SelectionParams
+from bouquet.tasks.params import (
+    PERFEDAVG_VARIANTS,
+    CentralEvalParams,
+    LSTMParams,
+    PerFedAvgSettings,
+    TrainSettings,
+    VisionModelParams,
+    VisionTrainSettings,
+)
 
-__all__ = ["STRATEGIES", "TASKS", "AppConfig", "ConfigError"]
+__all__ = ["KEYS", "STRATEGIES", "TASKS", "AppConfig", "ConfigError", "Key", "RunParams", "StrategySpec"]
 
 #: Use cases: household water forecasting (HK paper) or image classification (SCKM paper).
 TASKS = ("water", "vision")
 
+#: Strategy families and their variants (the part of the name after the family).
+_FAMILIES: dict[str, tuple[str, ...]] = {"fedavg": (), "fedprox": (), "hk": ("cosine", "euclidean", "cosine-bounded"),
+                                         "fixed-k": FIXED_K_GEOMETRIES, "perfedavg": PERFEDAVG_VARIANTS}
+
 #: Strategy names accepted by the ``strategy`` key.
-STRATEGIES = ("fedavg", "fedprox", "hk-cosine", "hk-euclidean", "hk-cosine-bounded", "fixed-k-euclidean",
-              "fixed-k-cosine", "perfedavg-fo", "perfedavg-hf")
+STRATEGIES = tuple(f"{family}-{variant}" if variant else family
+                   for family, variants in _FAMILIES.items() for variant in (variants or ("",)))
 
 
 class ConfigError(ValueError):
@@ -41,257 +67,167 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class AppConfig:
-    """All run-config keys of the bouquet water app (kebab-case in TOML).
+class StrategySpec:
+    """A ``strategy`` name parsed once: its family and variant (``hk-cosine`` -> ``hk``, ``cosine``).
 
-    Server: ``num-server-rounds`` (T), ``clients-per-round`` (S),
-    ``fraction-evaluate`` (share of the nodes evaluated each round, a seeded
-    draw), ``strategy``, ``seed``, ``results-dir``,
-    ``run-name``, ``node-wait-seconds``, ``round-timeout`` (seconds the server
-    waits for a round's replies; a node that has not answered by then is
-    reported lost and the round goes on without it).
-    Client training: ``local-epochs`` (E), ``learning-rate``, ``batch-size``,
-    ``hidden-size``, ``num-layers``.
-    Data: ``data-source``, ``data-path``, ``data-seed``,
-    ``synthetic-households``, ``active-factor``, ``min-history-days``,
-    ``lookback`` (L), ``train-fraction``, ``min-windows``, ``scaler``,
-    ``max-flow-litres-per-hour``, ``max-spread-hours``, ``min-hours-per-day``.
-    HK (``strategy = "hk-<geometry>"``): ``hk-tau``, ``hk-eps-l``, ``hk-eps-r``,
-    ``hk-delta``, ``hk-s-max``, ``hk-coalition-tol``, ``hk-opinions``,
-    ``hk-barycenter-weighting`` (see :class:`bouquet.algorithms.hk.HKParams`),
-    ``hk-record-trajectories`` (write each round's opinion trajectories),
-    ``hk-opinion-space`` (``weights`` as the paper, or ``updates``).
-    Fixed-K (``strategy = "fixed-k-<geometry>"``): ``fixed-k`` (K).
-    FedProx (``strategy = "fedprox"``): ``proximal-mu``.
-    Per-FedAvg (``strategy = "perfedavg-fo" | "perfedavg-hf"``): ``perfedavg-alpha``,
-    ``perfedavg-beta``, ``perfedavg-delta``.
-    Task: ``task`` (``water`` or ``vision``).  Vision: ``vision-dataset``,
-    ``vision-data-path``, ``vision-model``, ``vision-partitioner``,
-    ``shards-per-client``, ``dirichlet-alpha``, ``local-batches``,
-    ``vision-learning-rate``, ``vision-momentum`` (SGD; ``batch-size`` is shared),
-    ``central-eval-size`` (test images per central evaluation: a seeded subset,
-    0 = the whole test set).
-    Client selection (any task, any strategy): ``selection`` (a name in
-    :data:`bouquet.algorithms.selection.SELECTORS`; ``random`` is the seeded
-    uniform draw), ``selection-mode`` (``query``/``piggyback``),
-    ``sketch-fraction``, ``sketch-batch-size``, ``candidates-per-round``
-    (0 = all connected), ``query-timeout``, ``max-sketch-age``,
-    ``sckm-layer-combine``, ``sckm-min-clusters``, ``sckm-sample-size``,
-    ``pow-d`` (0 = 2B), ``afl-alpha1``, ``afl-alpha2``, ``afl-alpha3``,
-    ``fedcor-warmup``.
+    Families: ``fedavg``, ``fedprox``, ``hk`` (variant = geometry), ``fixed-k`` (variant = geometry),
+    ``perfedavg`` (variant ``fo`` or ``hf``).
+    """
+
+    name: str
+    family: str
+    variant: str = ""
+
+    @classmethod
+    def parse(cls, name: str) -> StrategySpec:
+        if name not in STRATEGIES:
+            raise ParamError("strategy", f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+        for family, variants in _FAMILIES.items():
+            for variant in variants or ("",):
+                if name == (f"{family}-{variant}" if variant else family):
+                    return cls(name, family, variant)
+        raise AssertionError(name)  # unreachable: every name in STRATEGIES has a family
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """What the ServerApp runs.
+
+    Parameters
+    ----------
+    num_server_rounds : int, default 20
+        T.
+    task : {"water", "vision"}, default "water"
+    strategy : str, default "hk-cosine"
+        One of :data:`STRATEGIES` (how models are combined).
+    selection : str, default "random"
+        A name in :data:`bouquet.algorithms.selection.SELECTORS` (who trains; ``random``: seeded uniform).
+    results_dir : str, default "results"
+    run_name : str, default ""
+        The run folder's name (default: date, time and strategy).
+    round_timeout : float, default 3600
+        Seconds the server waits for a round's replies; a node that has not answered is reported lost.
     """
 
     num_server_rounds: int = 20
-    clients_per_round: int = 50
-    fraction_evaluate: float = 1.0
+    task: str = "water"
     strategy: str = "hk-cosine"
-    seed: int = 0
+    selection: str = "random"
     results_dir: str = "results"
     run_name: str = ""
-    node_wait_seconds: float = 30.0
     round_timeout: float = 3600.0
-    local_epochs: int = 5
-    learning_rate: float = 1e-3
-    batch_size: int = 32
-    hidden_size: int = 32
-    num_layers: int = 1
-    data_source: str = "synthetic"
-    data_path: str = ""
-    data_seed: int = 0
-    synthetic_households: int = 1099
-    active_factor: float = 1.6
-    min_history_days: int = 730
-    lookback: int = 12
-    train_fraction: float = 0.8
-    min_windows: int = 10
-    scaler: str = "minmax"
-    max_flow_litres_per_hour: float = 3125.0
-    max_spread_hours: float = 6.0
-    min_hours_per_day: int = 22
-    hk_tau: float = 0.75
-    hk_eps_l: float = -1.0
-    hk_eps_r: float = 1.0
-    hk_delta: float = 1e-6
-    hk_s_max: int = 50
-    hk_coalition_tol: float = 1e-6
-    hk_opinions: str = "auto"
-    hk_barycenter_weighting: str = "uniform"
-    hk_record_trajectories: bool = False
-    hk_opinion_space: str = "weights"
-    fixed_k: int = 2
-    proximal_mu: float = 0.01
-    perfedavg_alpha: float = 0.01
-    perfedavg_beta: float = 0.001
-    perfedavg_delta: float = 0.001
-    task: str = "water"
-    vision_dataset: str = "digits"
-    vision_data_path: str = ""
-    vision_model: str = "cnn"
-    vision_partitioner: str = "shards"
-    shards_per_client: int = 2
-    dirichlet_alpha: float = 0.5
-    local_batches: int = 10
-    vision_learning_rate: float = 0.1
-    vision_momentum: float = 0.0
-    central_eval_size: int = 0
-    selection: str = "random"
-    selection_mode: str = "query"
-    sketch_fraction: float = 0.005
-    sketch_batch_size: int = 32
-    candidates_per_round: int = 0
-    query_timeout: float = 600.0
-    max_sketch_age: int = 5
-    sckm_layer_combine: str = "normalized"
-    sckm_min_clusters: int = 1
-    sckm_sample_size: int = 1000
-    pow_d: int = 0
-    afl_alpha1: float = 0.75
-    afl_alpha2: float = 0.01
-    afl_alpha3: float = 0.1
-    fedcor_warmup: int = 2
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ConfigError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if self.num_server_rounds < 1:
-            raise ConfigError(f"num-server-rounds must be >= 1, got {self.num_server_rounds}")
-        if self.clients_per_round < 1:
-            raise ConfigError(f"clients-per-round must be >= 1, got {self.clients_per_round}")
-        if not 0 <= self.fraction_evaluate <= 1:
-            raise ConfigError(f"fraction-evaluate must be in [0, 1], got {self.fraction_evaluate}")
-        if self.node_wait_seconds < 0:
-            raise ConfigError(f"node-wait-seconds must be >= 0, got {self.node_wait_seconds}")
-        if self.round_timeout <= 0:
-            raise ConfigError(f"round-timeout must be > 0, got {self.round_timeout}")
-        try:  # the nested configs validate their own ranges
-            self.water_data(self.data_path or "given-per-node")  # deployment: each node names its file
-            self.train_settings()
-            if self.strategy.startswith("hk-"):
-                self.hk_params()
-            if self.strategy.startswith("perfedavg-"):
-                self.perfedavg_settings()
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
-        if self.hk_opinion_space not in ("weights", "updates"):
-            raise ConfigError(f"hk-opinion-space must be 'weights' or 'updates', got {self.hk_opinion_space!r}")
-        if self.fixed_k < 1:
-            raise ConfigError(f"fixed-k must be >= 1, got {self.fixed_k}")
-        if self.proximal_mu < 0:
-            raise ConfigError(f"proximal-mu must be >= 0, got {self.proximal_mu}")
-        if self.hidden_size < 1 or self.num_layers < 1:
-            raise ConfigError(f"hidden-size and num-layers must be >= 1, got {self.hidden_size}, {self.num_layers}")
-        self._check_task_and_selection()
-
-    def _check_task_and_selection(self) -> None:
+            raise ParamError("num_server_rounds", f"num-server-rounds must be >= 1, got {self.num_server_rounds}")
         if self.task not in TASKS:
-            raise ConfigError(f"task must be one of {TASKS}, got {self.task!r}")
-        if self.task == "vision":
-            if self.strategy.startswith("perfedavg-"):
-                raise ConfigError("Per-FedAvg is implemented for the water task only")
-            if self.vision_model not in MODELS:
-                raise ConfigError(f"vision-model must be one of {MODELS}, got {self.vision_model!r}")
+            raise ParamError("task", f"task must be one of {TASKS}, got {self.task!r}")
+        StrategySpec.parse(self.strategy)
         if self.selection not in SELECTORS:
-            raise ConfigError(f"unknown selection {self.selection!r}; choose one of {', '.join(SELECTORS)}")
-        if self.selection_mode not in MODES:
-            raise ConfigError(f"selection-mode must be one of {MODES}, got {self.selection_mode!r}")
-        if self.sckm_layer_combine not in LAYER_COMBINE:
-            raise ConfigError(f"sckm-layer-combine must be one of {LAYER_COMBINE}, got {self.sckm_layer_combine!r}")
-        if not 0 < self.sketch_fraction <= 1:
-            raise ConfigError(f"sketch-fraction must be in (0, 1], got {self.sketch_fraction}")
-        for key in ("sketch-batch-size", "sckm-min-clusters", "sckm-sample-size"):
-            if getattr(self, key.replace("-", "_")) < 1:
-                raise ConfigError(f"{key} must be >= 1")
-        for key in ("candidates-per-round", "max-sketch-age", "pow-d", "fedcor-warmup", "central-eval-size"):
-            if getattr(self, key.replace("-", "_")) < 0:
-                raise ConfigError(f"{key} must be >= 0")
-        if self.query_timeout <= 0:
-            raise ConfigError(f"query-timeout must be > 0, got {self.query_timeout}")
-        try:
-            self.selector()
-            if self.task == "vision":
-                self.vision_data()
-                self.vision_train_settings()
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
+            raise ParamError("selection", f"unknown selection {self.selection!r}; choose one of {', '.join(SELECTORS)}")
+        if self.round_timeout <= 0:
+            raise ParamError("round_timeout", f"round-timeout must be > 0, got {self.round_timeout}")
 
-    @classmethod
-    def keys(cls) -> list[str]:
-        """All run-config keys, kebab-case."""
-        return [f.name.replace("_", "-") for f in fields(cls)]
+    @property
+    def spec(self) -> StrategySpec:
+        return StrategySpec.parse(self.strategy)
 
-    @classmethod
-    def from_run_config(cls, run_config: Mapping[str, Any], **overrides: Any) -> AppConfig:
-        """Build from a Flower run config (kebab-case keys); missing keys take defaults.
 
-        Raises
-        ------
-        ConfigError
-            A key that is not a field, or a value of the wrong type or range.
-        """
-        known = {f.name: f for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for key, value in {**dict(run_config), **overrides}.items():
-            name = key.replace("-", "_")
-            if name not in known:
-                raise ConfigError(f"unknown run-config key {key!r}; known keys: {', '.join(cls.keys())}")
-            values[name] = _coerce(key, value, type(known[name].default))
-        return cls(**values)
+@dataclass(frozen=True)
+class Key:
+    """One run-config key: the section it sets and the field path in it (nested for the data sections)."""
 
-    def to_run_config(self) -> dict[str, Any]:
-        """Kebab-case mapping (what the results folder records)."""
-        return {k.replace("_", "-"): v for k, v in dataclasses.asdict(self).items()}
+    name: str
+    section: str
+    path: tuple[str, ...]
 
-    def water_data(self, data_path: str | None = None) -> WaterDataConfig:
-        """The data pipeline's config; ``data_path`` (a node's own file) overrides ``data-path``."""
-        return WaterDataConfig(
-            source=self.data_source,
-            path=self.data_path if data_path is None else data_path,
-            synthetic=SyntheticConfig(n_households=self.synthetic_households, seed=self.data_seed),
-            cleaning=CleaningRules(self.max_flow_litres_per_hour, self.max_spread_hours, self.min_hours_per_day),
-            active_factor=self.active_factor,
-            min_history_days=self.min_history_days,
-            lookback=self.lookback,
-            train_fraction=self.train_fraction,
-            min_windows=self.min_windows,
-            scaler=self.scaler,
-        )
 
-    def hk_params(self) -> HKParams:
-        """HK parameters; the geometry is the part of ``strategy`` after ``hk-``."""
-        return HKParams(geometry=self.strategy.removeprefix("hk-"), tau=self.hk_tau, eps_l=self.hk_eps_l,
-                        eps_r=self.hk_eps_r, delta=self.hk_delta, s_max=self.hk_s_max,
-                        coalition_tol=self.hk_coalition_tol, opinions=self.hk_opinions,
-                        barycenter_weighting=self.hk_barycenter_weighting)
+@dataclass(frozen=True)
+class _Section:
+    name: str
+    params: type
+    prefix: str = ""
+    rename: Mapping[str, str] = field(default_factory=dict)  # field -> key, where not prefix + kebab(field)
+    skip: tuple[str, ...] = ()  # fields that no key sets
 
-    def perfedavg_settings(self) -> PerFedAvgSettings:
-        """Per-FedAvg settings; the variant is the part of ``strategy`` after ``perfedavg-``."""
-        return PerFedAvgSettings(self.strategy.removeprefix("perfedavg-"), self.perfedavg_alpha,
-                                 self.perfedavg_beta, self.perfedavg_delta)
 
-    def vision_data(self) -> VisionDataConfig:
-        """Image source and partition (``data-seed`` seeds the split)."""
-        return VisionDataConfig(dataset=self.vision_dataset, path=self.vision_data_path,
-                                partitioner=self.vision_partitioner, shards_per_client=self.shards_per_client,
-                                dirichlet_alpha=self.dirichlet_alpha, seed=self.data_seed)
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
 
-    def vision_train_settings(self) -> VisionTrainSettings:
-        return VisionTrainSettings(self.local_batches, self.batch_size, self.vision_learning_rate,
-                                   self.vision_momentum)
 
-    def selector(self) -> Selector:
-        """The client selector named by ``selection`` with its parameters."""
-        params: dict[str, dict[str, Any]] = {
-            "sckm-select": {"layer_combine": self.sckm_layer_combine},
-            "sckm-cluster": {"layer_combine": self.sckm_layer_combine, "min_clusters": self.sckm_min_clusters,
-                             "sample_size": self.sckm_sample_size},
-            "power-of-choice": {"d": self.pow_d},
-            "afl": {"alpha1": self.afl_alpha1, "alpha2": self.afl_alpha2, "alpha3": self.afl_alpha3},
-            "fedcor": {"warmup": self.fedcor_warmup},
-        }
-        return make_selector(self.selection, **params.get(self.selection, {}))
+_SECTIONS = (
+    _Section("run", RunParams),
+    _Section("sampling", SamplingParams,
+             skip=("fraction_train", "min_train_nodes", "min_evaluate_nodes", "min_available_nodes")),
+    _Section("selection", SelectionParams, rename={"mode": "selection-mode"}),
+    _Section("hk", HKParams, prefix="hk-", skip=("geometry", "barycenter_weighting")),
+    _Section("coalitions", CoalitionParams, prefix="hk-"),
+    _Section("fixed_k", FixedKParams, prefix="fixed-", skip=("geometry",)),
+    _Section("proximal", ProximalParams, prefix="proximal-"),
+    _Section("perfedavg", PerFedAvgSettings, prefix="perfedavg-", skip=("variant",)),
+    _Section("water_data", WaterDataConfig, rename={"source": "data-source", "path": "data-path"},
+             skip=("synthetic", "cleaning")),
+    _Section("water_model", LSTMParams),
+    _Section("water_train", TrainSettings, rename={"epochs": "local-epochs"}),
+    _Section("vision_data", VisionDataConfig,
+             rename={"dataset": "vision-dataset", "path": "vision-data-path", "partitioner": "vision-partitioner",
+                     "seed": "data-seed"}),
+    _Section("vision_model", VisionModelParams, rename={"name": "vision-model"}),
+    _Section("vision_train", VisionTrainSettings, rename={"learning_rate": "vision-learning-rate",
+                                                          "momentum": "vision-momentum"}),
+    _Section("central", CentralEvalParams, rename={"size": "central-eval-size"}),
+    _Section("sckm_select", SCKMSelectSelector, rename={"layer_combine": "sckm-layer-combine"}),
+    _Section("sckm_cluster", SCKMClusterSelector, prefix="sckm-"),
+    _Section("power_of_choice", PowerOfChoiceSelector, prefix="pow-"),
+    _Section("afl", AFLSelector, prefix="afl-"),
+    _Section("fedcor", FedCorSelector, prefix="fedcor-", skip=("shrinkage", "noise", "history")),
+)
 
-    def train_settings(self) -> TrainSettings:
-        return TrainSettings(self.local_epochs, self.learning_rate, self.batch_size)
+#: Nested fields of the water data (``data-seed`` also seeds the vision partition).
+_NESTED = (Key("synthetic-households", "water_data", ("synthetic", "n_households")),
+           Key("data-seed", "water_data", ("synthetic", "seed")),
+           Key("max-flow-litres-per-hour", "water_data", ("cleaning", "max_flow_litres_per_hour")),
+           Key("max-spread-hours", "water_data", ("cleaning", "max_spread_hours")),
+           Key("min-hours-per-day", "water_data", ("cleaning", "min_hours_per_day")))
+
+#: S of the app (the HK paper's 50 clients a round); SamplingParams' own default (None: a fraction) is for
+#: other people's apps.
+APP_CLIENTS_PER_ROUND = 50
+_APP_DEFAULTS = {("sampling", ("clients_per_round",)): APP_CLIENTS_PER_ROUND}
+
+
+def _section_keys(section: _Section) -> Iterator[Key]:
+    for f in fields(section.params):
+        if f.name in section.skip or not f.init:
+            continue
+        yield Key(section.rename.get(f.name, section.prefix + _kebab(f.name)), section.name, (f.name,))
+
+
+#: Every run-config key, in declaration order (a key may set two sections' fields).
+KEYS: tuple[Key, ...] = (*[k for s in _SECTIONS for k in _section_keys(s)], *_NESTED)
+_BY_NAME: dict[str, list[Key]] = {}
+for _key in KEYS:
+    _BY_NAME.setdefault(_key.name, []).append(_key)
+_SECTION = {s.name: s for s in _SECTIONS}
+#: The sections built only for some strategy families (their keys' values are kept regardless).
+_OPTIONAL = {"hk": "hk"}
+
+
+def _field_default(params: type, path: tuple[str, ...]) -> Any:
+    value: Any = params()
+    for name in path:
+        value = getattr(value, name)
+    return value
+
+
+def _default(key: Key) -> Any:
+    override = _APP_DEFAULTS.get((key.section, key.path))
+    if override is not None:
+        return override
+    params = _SECTION[key.section].params
+    if key.section == "hk":  # HKParams' own default geometry; any valid instance gives the defaults
+        return getattr(HKParams(), key.path[0])
+    return _field_default(params, key.path)
 
 
 def _coerce(key: str, value: Any, kind: type) -> Any:
@@ -310,3 +246,192 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
     if not isinstance(value, str):
         raise ConfigError(f"run-config {key!r} must be a string, got {value!r}")
     return value
+
+
+def _set_nested(values: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for name in path[:-1]:
+        values = values.setdefault(name, {})
+    values[path[-1]] = value
+
+
+def _build(params: type, values: dict[str, Any]) -> Any:
+    """``params(**values)`` with nested dicts built into their own dataclasses (the water data's)."""
+    kinds = {f.name: f for f in fields(params)}
+    kwargs = {}
+    for name, value in values.items():
+        if isinstance(value, dict):
+            nested = kinds[name].default_factory()  # type: ignore[misc]
+            value = dataclasses.replace(nested, **value)
+        kwargs[name] = value
+    return params(**kwargs)
+
+
+def _key_for(section: str, field_name: str) -> str:
+    names = [k.name for k in KEYS if k.section == section and k.path[-1] == field_name]
+    if names:
+        return names[0]
+    return ", ".join(k.name for k in KEYS if k.section == section)
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """Every run-config key of the bouquet app, as the components' params sections.
+
+    Build it with :meth:`from_run_config` (kebab-case keys, as in ``[tool.flwr.app.config]``);
+    ``AppConfig()`` is the default run.  Sections: ``run`` (:class:`RunParams`), ``sampling``,
+    ``selection``, ``coalitions``, ``proximal`` (:mod:`bouquet.strategies.params`), ``hk``
+    (:class:`bouquet.algorithms.hk.HKParams`, ``None`` unless the strategy is HK), ``fixed_k``,
+    ``perfedavg``, ``water_data``, ``water_model``, ``water_train``, ``vision_data``, ``vision_model``,
+    ``vision_train``, ``central`` and the selectors' parameters (``sckm_select``, ``sckm_cluster``,
+    ``power_of_choice``, ``afl``, ``fedcor``).  Every key, its section and default: :meth:`describe_keys`.
+    """
+
+    run: RunParams = field(default_factory=RunParams)
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(clients_per_round=APP_CLIENTS_PER_ROUND))
+    selection: SelectionParams = field(default_factory=SelectionParams)
+    hk: HKParams | None = field(default_factory=HKParams)
+    coalitions: CoalitionParams = field(default_factory=CoalitionParams)
+    fixed_k: FixedKParams = field(default_factory=FixedKParams)
+    proximal: ProximalParams = field(default_factory=ProximalParams)
+    perfedavg: PerFedAvgSettings = field(default_factory=PerFedAvgSettings)
+    water_data: WaterDataConfig = field(default_factory=WaterDataConfig)
+    water_model: LSTMParams = field(default_factory=LSTMParams)
+    water_train: TrainSettings = field(default_factory=TrainSettings)
+    vision_data: VisionDataConfig = field(default_factory=VisionDataConfig)
+    vision_model: VisionModelParams = field(default_factory=VisionModelParams)
+    vision_train: VisionTrainSettings = field(default_factory=VisionTrainSettings)
+    central: CentralEvalParams = field(default_factory=CentralEvalParams)
+    sckm_select: SCKMSelectSelector = field(default_factory=SCKMSelectSelector)
+    sckm_cluster: SCKMClusterSelector = field(default_factory=SCKMClusterSelector)
+    power_of_choice: PowerOfChoiceSelector = field(default_factory=PowerOfChoiceSelector)
+    afl: AFLSelector = field(default_factory=AFLSelector)
+    fedcor: FedCorSelector = field(default_factory=FedCorSelector)
+    #: values of the keys of sections not built for this strategy (``hk-*`` when it is not HK)
+    inactive: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        if self.sampling.clients_per_round is None:
+            raise ConfigError("clients-per-round must be >= 1")
+        if (self.hk is None) == (spec.family == "hk"):
+            raise ConfigError(f"the hk section is {'missing' if self.hk is None else 'set'} for strategy {spec.name!r}")
+        if spec.family == "hk" and self.hk.geometry != spec.variant:
+            raise ConfigError(f"hk geometry {self.hk.geometry!r} differs from strategy {spec.name!r}")
+        if self.run.task == "vision" and spec.family == "perfedavg":
+            raise ConfigError("Per-FedAvg is implemented for the water task only")
+
+    # ------------------------------------------------------------ derived
+    @property
+    def spec(self) -> StrategySpec:
+        """The parsed ``strategy``."""
+        return self.run.spec
+
+    def selector(self) -> Selector:
+        """The client selector named by ``selection``, with its parameters."""
+        sections = {"sckm-select": self.sckm_select, "sckm-cluster": self.sckm_cluster,
+                    "power-of-choice": self.power_of_choice, "afl": self.afl, "fedcor": self.fedcor}
+        name = self.run.selection
+        return sections[name] if name in sections else SELECTORS[name]()
+
+    def perfedavg_settings(self) -> PerFedAvgSettings:
+        """Per-FedAvg's settings with the variant the strategy names."""
+        return dataclasses.replace(self.perfedavg, variant=self.spec.variant or self.perfedavg.variant)
+
+    # ------------------------------------------------------------ mapping
+    @classmethod
+    def keys(cls) -> list[str]:
+        """All run-config keys, kebab-case, each once."""
+        return list(_BY_NAME)
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every key's default, read from the params classes."""
+        return dict(_DEFAULTS)
+
+    @classmethod
+    def describe_keys(cls) -> list[tuple[str, str, Any]]:
+        """``(key, section.field, default)`` for every key."""
+        return [(k.name, ".".join((k.section, *k.path)), _default(k)) for k in KEYS]
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> AppConfig:
+        """Build from a Flower run config (kebab-case keys); missing keys take defaults.
+
+        The same run config gives the same (cached) object: a ClientApp parses it once per message.
+
+        Raises
+        ------
+        ConfigError
+            A key that is not known, or a value of the wrong type or range (the message names the key).
+        """
+        try:
+            frozen = tuple(sorted(dict(run_config).items()))
+            hash(frozen)
+        except TypeError:  # an unhashable value: no cache, the checks below say what is wrong
+            return cls._parse(run_config)
+        return _parse_cached(cls, frozen)
+
+    @classmethod
+    def _parse(cls, run_config: Mapping[str, Any]) -> AppConfig:
+        defaults = _DEFAULTS
+        given: dict[str, Any] = {}
+        for key, value in dict(run_config).items():
+            if key not in _BY_NAME:
+                raise ConfigError(f"unknown run-config key {key!r}; known keys: {', '.join(_BY_NAME)}")
+            given[key] = _coerce(key, value, type(defaults[key]))
+        values = {**defaults, **given}
+        by_section: dict[str, dict[str, Any]] = {s.name: {} for s in _SECTIONS}
+        for key in KEYS:
+            _set_nested(by_section[key.section], key.path, values[key.name])
+        run = cls._section("run", by_section["run"])
+        spec = run.spec
+        sections: dict[str, Any] = {"run": run}
+        inactive: list[tuple[str, Any]] = []
+        for section in _SECTIONS[1:]:
+            kwargs = by_section[section.name]
+            if section.name == "hk":
+                if spec.family != "hk":
+                    inactive += [(k.name, values[k.name]) for k in KEYS if k.section == "hk"]
+                    sections["hk"] = None
+                    continue
+                kwargs = {**kwargs, "geometry": spec.variant}
+            if section.name == "fixed_k" and spec.family == "fixed-k":
+                kwargs = {**kwargs, "geometry": spec.variant}
+            sections[section.name] = cls._section(section.name, kwargs)
+        try:
+            return cls(**sections, inactive=tuple(inactive))
+        except ParamError as error:
+            raise ConfigError(f"run-config {_key_for('run', error.field)!r}: {error}") from error
+
+    @staticmethod
+    def _section(name: str, kwargs: dict[str, Any]) -> Any:
+        try:
+            return _build(_SECTION[name].params, kwargs)
+        except ParamError as error:
+            raise ConfigError(f"run-config {_key_for(name, error.field)!r}: {error}") from error
+        except ValueError as error:
+            raise ConfigError(f"run-config ({_key_for(name, '')}): {error}") from error
+
+    def to_run_config(self) -> dict[str, Any]:
+        """Kebab-case mapping of every key (what the results folder records)."""
+        out: dict[str, Any] = {}
+        for key in KEYS:
+            if key.name in out:
+                continue
+            section = getattr(self, key.section)
+            if section is None:
+                continue
+            value = section
+            for name in key.path:
+                value = getattr(value, name)
+            out[key.name] = value
+        out.update(dict(self.inactive))
+        return {name: out[name] for name in _BY_NAME}
+
+
+_DEFAULTS = {name: _default(keys[0]) for name, keys in _BY_NAME.items()}
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_cached(cls: type[AppConfig], frozen: tuple[tuple[str, Any], ...]) -> AppConfig:
+    return cls._parse(dict(frozen))

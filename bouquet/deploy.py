@@ -19,8 +19,6 @@ from the server.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bouquet.launch import _bin, free_port, offline_env
+from bouquet.processes import flower_bin, flwr, free_port, offline_env, start, stop, wait_until
 
 __all__ = ["Deployment", "deployment", "make_certificates", "make_node_key", "split_households", "start_supernode",
            "wait_for_nodes"]
@@ -110,9 +108,7 @@ class Deployment:
 
     def flwr(self, *args: str, timeout: float | None = 600, capture: bool = True) -> subprocess.CompletedProcess:
         """A ``flwr`` command against this deployment's connection."""
-        return subprocess.run([_bin("flwr"), *args], env=offline_env(self.flwr_home), capture_output=capture,
-                              check=False,
-                              text=True, timeout=timeout)
+        return flwr(list(args), self.flwr_home, timeout=timeout, capture=capture)
 
     def register(self, public_key: Path) -> None:
         done = self.flwr("supernode", "register", str(public_key), self.connection)
@@ -127,18 +123,6 @@ class Deployment:
         return self.flwr(*args, timeout=timeout, capture=capture)
 
 
-def _stop(process: subprocess.Popen, grace: float = 20) -> None:
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        except ProcessLookupError:
-            pass
-
-
 def start_supernode(deploy: Deployment, partition_id: int, data_path: Path | None = None,
                     private_key: Path | None = None, root_certificates: Path | None = None,
                     insecure: bool | None = None) -> subprocess.Popen:
@@ -146,7 +130,7 @@ def start_supernode(deploy: Deployment, partition_id: int, data_path: Path | Non
     node_config = f"partition-id={partition_id}"
     if data_path is not None:
         node_config += f' data-path="{data_path}"'
-    command = [_bin("flower-supernode"), "--superlink", f"127.0.0.1:{deploy.port}", "--node-config", node_config,
+    command = [flower_bin("flower-supernode"), "--superlink", f"127.0.0.1:{deploy.port}", "--node-config", node_config,
                "--host", "127.0.0.1", "--port", str(free_port())]
     if (not deploy.secure) if insecure is None else insecure:
         command.append("--insecure")
@@ -154,9 +138,8 @@ def start_supernode(deploy: Deployment, partition_id: int, data_path: Path | Non
         command += ["--root-certificates", str(root_certificates or deploy.certificates["ca"])]
     if private_key is not None:
         command += ["--auth-supernode-private-key", str(private_key)]
-    with open(deploy.workdir / f"supernode-{partition_id}.log", "a") as log:  # the child keeps its own copy
-        process = subprocess.Popen(command, env=offline_env(deploy.flwr_home), stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+    process = start(command, deploy.workdir / f"supernode-{partition_id}.log", offline_env(deploy.flwr_home),
+                    append=True)
     deploy.supernodes[partition_id] = process
     return process
 
@@ -180,7 +163,7 @@ def deployment(workdir: Path, secure: bool = True, startup_seconds: float = 60) 
     flwr_home = workdir / "flwr-home"
     flwr_home.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    command = [_bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(port),
+    command = [flower_bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(port),
                "--database", str(workdir / "state.db"), "--disable-runtime-dependency-installation"]
     certificates: dict[str, Path] = {}
     if secure:
@@ -193,20 +176,13 @@ def deployment(workdir: Path, secure: bool = True, startup_seconds: float = 60) 
         connection = "insecure = true\n"
     (flwr_home / "config.toml").write_text(f'[superlink]\ndefault = "bouquet-deploy"\n\n[superlink.bouquet-deploy]\n'
                                            f'address = "127.0.0.1:{port}"\n{connection}')
-    with open(workdir / "superlink.log", "w") as log:  # the child keeps its own copy
-        superlink = subprocess.Popen(command, env=offline_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+    superlink = start(command, workdir / "superlink.log", offline_env(flwr_home))
     deploy = Deployment(workdir, port, flwr_home, secure, superlink, certificates=certificates)
     with ExitStack() as stack:
-        stack.callback(lambda: [_stop(p) for p in [*deploy.supernodes.values(), superlink]])
-        deadline = time.monotonic() + startup_seconds
-        while deploy.flwr("supernode", "list", deploy.connection, timeout=60).returncode != 0:
-            if superlink.poll() is not None:
-                raise RuntimeError(f"flower-superlink exited with {superlink.returncode}:\n"
-                                   f"{(workdir / 'superlink.log').read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"SuperLink on 127.0.0.1:{port} not ready within {startup_seconds}s")
-            time.sleep(0.5)
+        stack.callback(lambda: [stop(p) for p in [*deploy.supernodes.values(), superlink]])
+        wait_until(lambda: deploy.flwr("supernode", "list", deploy.connection, timeout=60).returncode == 0,
+                   superlink, workdir / "superlink.log", startup_seconds, f"SuperLink on 127.0.0.1:{port}",
+                   interval=0.5)
         yield deploy
 
 
@@ -224,11 +200,11 @@ def export_synthetic_households(folder: Path, count: int, seed: int = 0, househo
     from bouquet.data.water import load_pool
 
     config = AppConfig.from_run_config({"data-seed": seed, "synthetic-households": households})
-    pool = load_pool(config.water_data())
+    pool = load_pool(config.water_data)
     if count > len(pool):
         raise ValueError(f"{count} households requested, the synthetic pool has {len(pool)}")
     folder.mkdir(parents=True, exist_ok=True)
-    synthetic = config.water_data().synthetic
+    synthetic = config.water_data.synthetic
     paths = []
     for member in pool.households[:count]:
         house = generate_household(int(member.household_id.removeprefix("syn-")), synthetic)
@@ -251,7 +227,7 @@ def node_files(folder: Path, count: int, daiad: Path | None = None) -> list[Path
 
         config = AppConfig.from_run_config({"data-source": "daiad", "data-path": str(Path(daiad).resolve()),
                                             "min-history-days": 300, "active-factor": 0.0})
-        households = [h.household_id for h in load_pool(config.water_data()).households[:count]]
+        households = [h.household_id for h in load_pool(config.water_data).households[:count]]
         sources = split_households(Path(daiad), folder / "by-household", households)
     else:
         sources = export_synthetic_households(folder / "by-household", count)

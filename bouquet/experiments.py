@@ -3,7 +3,11 @@
 An experiment folder (e.g. ``experiments/hk``) holds one sub-folder per
 layer kind (``data``, ``profiles``, ``arms``, ...), each with one TOML file of
 run-config keys per choice.  A run's config is the union of its layers, later
-layers winning, plus the seed and its results folder.  :func:`run_jobs` runs
+layers winning (:func:`layered_run_config`), plus the seed and its results
+folder.  A profile may start from another (``extends = "<profile>"``) and may
+hold a table per study (``[cluster]``) that applies to that study only
+(:func:`load_profile`); keys ending in ``-path`` are relative to the project
+root.  The HK and SCKM runners in ``scripts/`` layer the same way.  :func:`run_jobs` runs
 the jobs against one private SuperLink on 127.0.0.1, skips jobs whose folder
 already holds ``summary.json``, restarts interrupted ones, keeps every run's
 log and config next to its folder, and prints progress.  The HK and SCKM
@@ -22,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from bouquet.launch import local_superlink
+from bouquet.results import RunFolder
 
-__all__ = ["Job", "load_layer", "run_jobs", "toml_value"]
+__all__ = ["Job", "layered_run_config", "load_layer", "load_profile", "run_jobs", "toml_value"]
 
 
 def toml_value(value: Any) -> str:
@@ -44,6 +49,37 @@ def load_layer(root: Path, kind: str, name: str) -> dict[str, Any]:
     return tomllib.loads(path.read_text())
 
 
+def load_profile(root: Path, name: str, study: str | None = None, studies: Sequence[str] = (),
+                 seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``root/profiles/<name>.toml`` as ``study`` sees it.
+
+    On top of the profile it ``extends`` (if any), with its table named after ``study`` applied last and
+    the tables of the other ``studies`` dropped.  A cycle of ``extends`` is a clear error.
+    """
+    if name in seen:
+        raise SystemExit(f"profile {name!r} extends itself: {' -> '.join((*seen, name))}")
+    layer = load_layer(root, "profiles", name)
+    base = layer.pop("extends", None)
+    per_study = {other: layer.pop(other) for other in studies if other in layer}
+    inherited = load_profile(root, base, study, studies, (*seen, name)) if base is not None else {}
+    return inherited | layer | per_study.get(study, {})
+
+
+def layered_run_config(root: Path, layers: Sequence[tuple[str, str]], project: Path, study: str | None = None,
+                       studies: Sequence[str] = ()) -> dict[str, Any]:
+    """The union of ``(kind, name)`` layers in order (profiles through :func:`load_profile`).
+
+    Values of keys ending in ``-path`` are made absolute relative to ``project`` (the app's root).
+    """
+    config: dict[str, Any] = {}
+    for kind, name in layers:
+        config |= load_profile(root, name, study, studies) if kind == "profiles" else load_layer(root, kind, name)
+    for key, value in config.items():
+        if key.endswith("-path") and value:
+            config[key] = str((project / value).resolve())
+    return config
+
+
 @dataclass(frozen=True)
 class Job:
     """One run: a label for progress lines, its run config, its folder and its number of SuperNodes."""
@@ -54,19 +90,21 @@ class Job:
     supernodes: int
 
 
-def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callable[[dict], str]) -> int:
+def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callable[[dict], str],
+             ray_address: str | None = None) -> int:
     """Run the unfinished ``jobs`` in order; returns the number of failures.
 
     ``describe(summary)`` turns a finished run's ``summary.json`` into the text
-    printed after "done in N s:".
+    printed after "done in N s:".  With ``ray_address`` the simulations join that
+    Ray cluster instead of starting a private one each.
     """
-    todo = [job for job in jobs if not (job.folder / "summary.json").exists()]
+    todo = [job for job in jobs if not RunFolder(job.folder).finished]
     print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already done", flush=True)
     failures = 0
     started_all = time.time()
     if not todo:
         return 0
-    with local_superlink(workdir) as link:
+    with local_superlink(workdir, env={"RAY_ADDRESS": ray_address} if ray_address else None) as link:
         for index, job in enumerate(todo, start=1):
             if job.folder.exists():
                 shutil.rmtree(job.folder)  # an interrupted run: start it again
@@ -81,12 +119,12 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
                                  timeout=None)
             log_file = job.folder.parent / f"{job.folder.name}.log"
             log_file.write_text(done.stdout + done.stderr)
-            summary_path = job.folder / "summary.json"
-            if done.returncode != 0 or not summary_path.exists():
+            run = RunFolder(job.folder)
+            if done.returncode != 0 or not run.finished:
                 failures += 1
                 print(f"FAILED (exit {done.returncode}; log {log_file})", flush=True)
                 continue
-            print(f"done in {time.time() - started:.0f} s: {describe(json.loads(summary_path.read_text()))}",
+            print(f"done in {time.time() - started:.0f} s: {describe(run.summary())}",
                   flush=True)
     print(f"finished in {time.time() - started_all:.0f} s; {failures} failed", flush=True)
     return failures

@@ -7,46 +7,25 @@ no user configuration is touched.
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
 import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bouquet.processes import (
+    flower_bin,
+    flwr,
+    free_port,
+    offline_env,
+    port_open,
+    start,
+    stop,
+    terminate_as_exit,
+    wait_until,
+)
+
 __all__ = ["LocalSuperLink", "free_port", "local_superlink", "offline_env"]
-
-
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def offline_env(flwr_home: Path | None = None) -> dict[str, str]:
-    """Environment for Flower commands: no telemetry, no per-run dependency install."""
-    env = dict(os.environ)
-    env.update(FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
-    # Flower starts helper processes (flower-superexec, ...) by name: put this interpreter's bin first
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    if flwr_home is not None:
-        env["FLWR_HOME"] = str(flwr_home)
-    return env
-
-
-def _bin(name: str) -> str:
-    candidate = Path(sys.executable).with_name(name)
-    found = str(candidate) if candidate.exists() else shutil.which(name)
-    if found is None:
-        raise FileNotFoundError(f"{name} not found next to {sys.executable} or on PATH; pip install 'flwr[simulation]'")
-    return found
 
 
 @dataclass
@@ -64,44 +43,16 @@ class LocalSuperLink:
 
         Output is captured (``capture=True``) or streamed to this terminal.
         """
-        command = [_bin("flwr"), "run", str(app_dir), self.connection, "--stream"]
+        args = ["run", str(app_dir), self.connection, "--stream"]
         if run_config:
-            command += ["--run-config", run_config]
+            args += ["--run-config", run_config]
         if federation_config:
-            command += ["--federation-config", federation_config]
-        return subprocess.run(command, env=offline_env(self.flwr_home), capture_output=capture, text=True, check=False,
-                              timeout=timeout)
+            args += ["--federation-config", federation_config]
+        return flwr(args, self.flwr_home, timeout=timeout, capture=capture)
 
     def stop(self) -> None:
         """Terminate the SuperLink (and the processes it started) by PID."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-
-
-@contextmanager
-def _terminate_as_exit() -> Iterator[None]:
-    """In the main thread, turn SIGTERM into ``SystemExit`` so that ``finally`` blocks stop what we started.
-
-    Python's default SIGTERM action ends the process at once: a SuperLink started in its own session
-    (and the simulation under it) would be left running when a runner is killed.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _exit(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, _exit)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        stop(self.process)
 
 
 @contextmanager
@@ -114,7 +65,7 @@ def local_superlink(workdir: Path, simulation: bool = True, extra_args: list[str
     existing Ray cluster instead of starting a private one (docs/DEPLOY.md, "Scale-out").  A SIGTERM to
     this (main-thread) process stops the SuperLink too.
     """
-    with _terminate_as_exit():
+    with terminate_as_exit():
         yield from _superlink(Path(workdir), simulation, extra_args, startup_seconds, env)
 
 
@@ -126,27 +77,16 @@ def _superlink(workdir: Path, simulation: bool, extra_args: list[str] | None, st
     (flwr_home / "config.toml").write_text(
         f'[superlink]\ndefault = "bouquet-local"\n\n[superlink.bouquet-local]\n'
         f'address = "127.0.0.1:{port}"\ninsecure = true\n')
-    command = [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(port),
+    command = [flower_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(port),
                "--database", str(workdir / "state.db"), "--disable-runtime-dependency-installation"]
     if simulation:
         command.append("--simulation")
     command += extra_args or []
-    with open(workdir / "superlink.log", "w") as log:  # the child keeps its own copy
-        process = subprocess.Popen(command, env={**offline_env(flwr_home), **(env or {})}, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-    link = LocalSuperLink(process, port, flwr_home)
+    log = workdir / "superlink.log"
+    link = LocalSuperLink(start(command, log, {**offline_env(flwr_home), **(env or {})}), port, flwr_home)
     try:
-        deadline = time.monotonic() + startup_seconds
-        while True:
-            if process.poll() is not None:
-                tail = (workdir / "superlink.log").read_text()[-2000:]
-                raise RuntimeError(f"flower-superlink exited with {process.returncode}:\n{tail}")
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"flower-superlink did not listen on 127.0.0.1:{port} within {startup_seconds}s")
-            time.sleep(0.3)
+        wait_until(lambda: port_open(port), link.process, log, startup_seconds,
+                   f"flower-superlink on 127.0.0.1:{port}")
         yield link
     finally:
         link.stop()
@@ -177,9 +117,9 @@ def pool_size(app_dir: Path, run_config: str) -> int:
 
     defaults = tomllib.loads((app_dir / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     config = AppConfig.from_run_config({**defaults, **parse_overrides(run_config)})
-    if config.task == "vision":
+    if config.run.task == "vision":
         return VISION_CLIENTS
-    return len(load_pool(config.water_data()))
+    return len(load_pool(config.water_data))
 
 
 def main(argv: list[str] | None = None) -> int:

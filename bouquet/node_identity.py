@@ -15,7 +15,7 @@ by a key each node reports about itself, its ``partition-id``:
 * server side, :func:`identify_nodes` sends ``query.identify`` to the nodes
   it has not seen yet and returns ``{node id: key}``.  A node that answers
   with an error (a ClientApp without the handler) or not at all gets no key;
-  :class:`bouquet.strategies.base.SeededFedAvg` orders keyless nodes after
+  :class:`bouquet.strategies.sampling.NodeOrder` orders keyless nodes after
   keyed ones, by node id, and logs that their sampling is not reproducible.
 
 Message layout: request ``config`` (empty ConfigRecord); reply ``identity``
@@ -29,6 +29,8 @@ from collections.abc import Callable
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
+
+from bouquet.messages import MessageFactory, flower_message
 
 __all__ = ["IDENTIFY_ACTION", "identify_nodes", "node_config_ints", "partition_id", "register_identity_query"]
 
@@ -72,12 +74,13 @@ def register_identity_query(app: ClientApp, key_fn: Callable[[Context], int] = p
         return Message(RecordDict({"identity": ConfigRecord({"key": int(key_fn(context))})}), reply_to=msg)
 
 
-def identify_nodes(grid: Grid, nodes: list[int], timeout: float) -> dict[int, int]:
+def identify_nodes(grid: Grid, nodes: list[int], timeout: float,
+                   new_message: MessageFactory = flower_message) -> dict[int, int]:
     """Ask ``nodes`` for their stable key; ``{node id: key}`` for those that answered with one."""
     if not nodes:
         return {}
-    messages = [Message(content=RecordDict({"config": ConfigRecord({})}), message_type=f"query.{IDENTIFY_ACTION}",
-                        dst_node_id=n) for n in nodes]
+    messages = [new_message(RecordDict({"config": ConfigRecord({})}), f"query.{IDENTIFY_ACTION}", n, "")
+                for n in nodes]
     keys: dict[int, int] = {}
     for reply in grid.send_and_receive(messages, timeout=timeout):
         if not reply.has_error() and "identity" in reply.content.config_records:

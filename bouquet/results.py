@@ -1,14 +1,16 @@
-"""One writer for run folders, so that every run (simulation or deployment) has the same layout.
+"""One writer and one reader of run folders, so that every run (simulation or deployment) has one layout.
 
 A run folder holds::
 
     config.json        the resolved run config
-    rounds.jsonl       one JSON object per round and phase ("train", "evaluate")
+    rounds.jsonl       one JSON object per round and phase ("select", "train", "evaluate", "central")
     <table>.csv        tables appended row by row (per-client metrics, coalitions, ...)
+    trajectories/      round-NNN.npz of HK opinion trajectories (when recorded)
     summary.json       final summary, written last
 
-Rows are appended and flushed as they arrive, so an interrupted run keeps
-every finished round.
+:class:`RunRecorder` writes a folder; rows are appended and flushed as they arrive, so an interrupted
+run keeps every finished round.  :class:`RunFolder` reads one back, and :func:`find_runs` lists the
+finished runs under a results folder: every figure script reads through them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunRecorder"]
+__all__ = ["RunFolder", "RunRecorder", "find_runs"]
 
 
 def _plain(value: Any) -> Any:
@@ -86,7 +88,67 @@ class RunRecorder:
 
     def rounds(self) -> list[dict[str, Any]]:
         """Read back ``rounds.jsonl``."""
-        path = self.folder / "rounds.jsonl"
+        return RunFolder(self.folder).rounds()
+
+
+class RunFolder:
+    """Reads one run folder (the layout :class:`RunRecorder` writes).
+
+    Parameters
+    ----------
+    path : str or Path
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run wrote its summary (its last act)."""
+        return (self.path / "summary.json").exists()
+
+    def config(self) -> dict[str, Any]:
+        """The resolved run config (kebab-case keys)."""
+        return json.loads((self.path / "config.json").read_text())
+
+    def app_config(self) -> Any:
+        """The run config as :class:`bouquet.config.AppConfig`."""
+        from bouquet.config import AppConfig
+
+        return AppConfig.from_run_config(self.config())
+
+    def summary(self) -> dict[str, Any]:
+        return json.loads((self.path / "summary.json").read_text())
+
+    def rounds(self, phase: str | None = None) -> list[dict[str, Any]]:
+        """The round records, in order; only ``phase``'s when given."""
+        path = self.path / "rounds.jsonl"
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line]
+        return [line for line in lines if phase is None or line["phase"] == phase]
+
+    def series(self, phase: str, key: str) -> list[Any]:
+        """``key`` of every ``phase`` record that has it, in round order."""
+        return [line[key] for line in self.rounds(phase) if key in line]
+
+    def has(self, table: str) -> bool:
+        return (self.path / f"{table}.csv").exists()
+
+    def table(self, name: str) -> Any:
+        """``<name>.csv`` as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.read_csv(self.path / f"{name}.csv")
+
+    def trajectory_files(self) -> list[Path]:
+        """The recorded HK trajectories, by round."""
+        return sorted((self.path / "trajectories").glob("round-*.npz"))
+
+
+def find_runs(base: str | Path, pattern: str = "*/seed-*") -> list[RunFolder]:
+    """The finished runs in the folders under ``base`` that match ``pattern``, sorted by path."""
+    return [RunFolder(path) for path in sorted(Path(base).glob(pattern)) if (path / "summary.json").exists()]

@@ -21,7 +21,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,24 +29,25 @@ from flwr.app import (
     ArrayRecord,
     ConfigRecord,
     Context,
-    Message,
     MetricRecord,
     RecordDict,
 )
 from flwr.serverapp import Grid, ServerApp
 
-from bouquet.algorithms.hk import opinion_trajectory_2d
 from bouquet.algorithms.sckm import average_cardinality
 from bouquet.config import AppConfig
 from bouquet.data.images import load_images
 from bouquet.data.water import load_pool
 from bouquet.flower_logging import route_to_flower
+from bouquet.messages import MessageFactory, flower_message
 from bouquet.results import RunRecorder
-from bouquet.strategies.base import Recorder, SeededFedAvg
-from bouquet.strategies.fedprox import SeededFedProx
-from bouquet.strategies.fixed_k import FixedKFedAvg
-from bouquet.strategies.hk import HKFedAvg
-from bouquet.strategies.selection import ClientSelection, selection_strategy
+from bouquet.strategies.aggregation import Aggregator, Coalitions, FixedKRule, HKRule, WeightedMean
+from bouquet.strategies.entries import ProximalTerm
+from bouquet.strategies.observers import ConsoleLines, Observer, Recorder, RecorderObserver, TrajectoryWriter
+from bouquet.strategies.params import CoalitionParams
+from bouquet.strategies.sampling import UniformSampler
+from bouquet.strategies.selection import SketchSelection
+from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.tasks.vision import accuracy, batch_indices, make_model
 from bouquet.tasks.water import LSTMForecaster
 
@@ -58,42 +58,41 @@ route_to_flower()
 app = ServerApp()
 
 
-def build_strategy(config: AppConfig, recorder: Recorder | None = None) -> SeededFedAvg:
-    """The strategy named by ``config.strategy``, with ``config.selection`` choosing its clients.
+def _aggregator(config: AppConfig) -> Aggregator:
+    family = config.spec.family
+    if family == "hk":
+        return Coalitions(HKRule(config.hk, config.coalitions.record_trajectories), config.coalitions)
+    if family == "fixed-k":  # fixed-K partitions the trained models: the paper's baseline, no opinion space
+        return Coalitions(FixedKRule(config.fixed_k),
+                          CoalitionParams(barycenter_weighting=config.coalitions.barycenter_weighting))
+    return WeightedMean()  # fedavg, fedprox, and Per-FedAvg (whose difference is on the clients)
 
-    The one seam every strategy goes through: the aggregator (``strategy``)
-    and the client selector (``selection``; ``random`` is the seeded uniform
-    draw of :class:`SeededFedAvg`) compose freely.
+
+def build_strategy(config: AppConfig, recorder: RunRecorder | None = None) -> BouquetStrategy:
+    """The app's strategy: a sampler (``selection``) and an aggregator (``strategy``), composed freely.
+
+    With a recorder, the run folder receives every round's records and, when HK trajectories are
+    recorded, ``trajectories/round-NNN.npz``.
     """
-    common: dict[str, Any] = {"clients_per_round": config.clients_per_round, "seed": config.seed,
-                              "node_wait_seconds": config.node_wait_seconds, "recorder": recorder,
-                              "fraction_evaluate": 0.0 if config.task == "vision" else config.fraction_evaluate,
-                              "min_evaluate_nodes": 1, "min_available_nodes": 1}
-    host: type[SeededFedAvg]
-    if config.strategy == "fedavg" or config.strategy.startswith("perfedavg-"):  # Per-FedAvg: client-side
-        host, extra = SeededFedAvg, {}
-    elif config.strategy == "fedprox":
-        host, extra = SeededFedProx, {"proximal_mu": config.proximal_mu}
-    elif config.strategy.startswith("hk-"):
-        host, extra = HKFedAvg, {**dataclasses.asdict(config.hk_params()),
-                                 "record_trajectories": config.hk_record_trajectories,
-                                 "opinion_space": config.hk_opinion_space}
-    elif config.strategy.startswith("fixed-k-"):
-        host, extra = FixedKFedAvg, {"k": config.fixed_k, "geometry": config.strategy.removeprefix("fixed-k-"),
-                                     "barycenter_weighting": config.hk_barycenter_weighting}
+    # the vision task scores the global model centrally; every node of the app is waited for one at a time
+    sampling = dataclasses.replace(config.sampling, min_evaluate_nodes=1, min_available_nodes=1,
+                                   fraction_evaluate=0.0 if config.run.task == "vision"
+                                   else config.sampling.fraction_evaluate)
+    if config.run.selection == "random":
+        sampler: UniformSampler | SketchSelection = UniformSampler(sampling)
     else:
-        raise AssertionError(f"strategy {config.strategy!r} passed validation but has no builder")
-    if config.selection == "random":
-        return host(**extra, **common)
-    return selection_strategy(config.selector(), host, mode=config.selection_mode,
-                              sketch_fraction=config.sketch_fraction, sketch_batch_size=config.sketch_batch_size,
-                              candidates_per_round=config.candidates_per_round or None,
-                              query_timeout=config.query_timeout, max_sketch_age=config.max_sketch_age,
-                              **extra, **common)
+        sampler = SketchSelection(config.selector(), sampling, config.selection)
+    entries = (ProximalTerm(config.proximal),) if config.spec.family == "fedprox" else ()
+    observers: list[Observer] = [ConsoleLines()]
+    if recorder is not None:
+        observers.append(RecorderObserver(recorder))
+        if config.spec.family == "hk" and config.coalitions.record_trajectories:
+            observers.append(TrajectoryWriter(recorder.folder / "trajectories"))
+    return BouquetStrategy(sampler=sampler, aggregator=_aggregator(config), train_config=entries, observers=observers)
 
 
-def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float,
-                        recorder: RunRecorder | None = None) -> list[dict[str, Any]]:
+def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float, recorder: RunRecorder | None = None,
+                        new_message: MessageFactory = flower_message) -> list[dict[str, Any]]:
     """Evaluate ``arrays`` on every connected node; one row per replying node.
 
     Nodes that return forecasts (``predictions`` ArrayRecord) have them
@@ -102,7 +101,7 @@ def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float,
     """
     nodes = sorted(grid.get_node_ids())
     record = RecordDict({"arrays": arrays, "config": ConfigRecord({"final": True})})
-    messages = [Message(content=record, message_type="evaluate", dst_node_id=n) for n in nodes]
+    messages = [new_message(record, "evaluate", n, "final") for n in nodes]
     answered = []
     for reply in grid.send_and_receive(messages, timeout=timeout):
         if reply.has_error():
@@ -126,20 +125,11 @@ def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float,
     return rows
 
 
-def write_trajectories(strategy: HKFedAvg, folder: Path) -> None:
-    """One ``round-NNN.npz`` per round: 2-D projected opinions per inner step, labels, node ids."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for server_round, kept in strategy.trajectories.items():
-        projection = opinion_trajectory_2d(kept["history"], kept["gram"], strategy.params)
-        np.savez(folder / f"round-{server_round:03d}.npz", projection=projection, labels=kept["labels"],
-                 node_ids=np.array(kept["node_ids"], dtype=np.uint64))
-
-
 def _write_pool(config: AppConfig, recorder: RunRecorder) -> None:
-    if config.data_source == "daiad" and not config.data_path:
+    if config.water_data.source == "daiad" and not config.water_data.path:
         log.info("data path is given per node (deployment): no pool report on the server")
         return
-    pool = load_pool(config.water_data())
+    pool = load_pool(config.water_data)
     pool.report.to_csv(recorder.folder / "pool.csv", index=False)
     log.info("federated pool: %d households (report: %s)", len(pool), recorder.folder / "pool.csv")
 
@@ -147,13 +137,14 @@ def _write_pool(config: AppConfig, recorder: RunRecorder) -> None:
 def central_evaluation(config: AppConfig, recorder: Recorder | None = None
                        ) -> tuple[ArrayRecord, Callable[[int, ArrayRecord], MetricRecord]]:
     """Vision task: the initial global arrays and an ``evaluate_fn`` scoring a model on the test set."""
-    data = load_images(config.vision_data())
-    torch.manual_seed(config.seed)
-    model = make_model(config.vision_model, data.shape, len(data.classes))
+    data = load_images(config.vision_data)
+    torch.manual_seed(config.sampling.seed)
+    model = make_model(config.vision_model.name, data.shape, len(data.classes))
     initial = ArrayRecord(model.state_dict())  # a copy: the model is then free to score others
     x_test, y_test = data.x_test, data.y_test
-    if 0 < config.central_eval_size < len(y_test):
-        keep = batch_indices(len(y_test), config.central_eval_size, np.random.default_rng([config.data_seed, 2]))
+    size = config.central.size
+    if 0 < size < len(y_test):
+        keep = batch_indices(len(y_test), size, np.random.default_rng([config.vision_data.seed, 2]))
         x_test, y_test = x_test[keep], y_test[keep]
         log.info("central evaluation on %d of %d test images (central-eval-size)", len(keep), len(data.y_test))
 
@@ -168,11 +159,11 @@ def central_evaluation(config: AppConfig, recorder: Recorder | None = None
     return initial, evaluate
 
 
-def _selection_summary(strategy: SeededFedAvg) -> dict[str, Any]:
-    if not isinstance(strategy, ClientSelection):
+def _selection_summary(config: AppConfig, strategy: BouquetStrategy) -> dict[str, Any]:
+    if config.run.selection == "random":
         return {"selection": "random"}
     clusters = [h["clusters"] for h in strategy.history if "clusters" in h]
-    summary: dict[str, Any] = {"selection": strategy.selector.name, "selection-mode": strategy.mode}
+    summary: dict[str, Any] = {"selection": config.run.selection, "selection-mode": config.selection.mode}
     if clusters:
         summary |= {"clusters-per-round": clusters, "c-star": average_cardinality(clusters)}
     sketch = [h["sketch-bytes"] for h in strategy.history if "sketch-bytes" in h]
@@ -187,28 +178,29 @@ def main(grid: Grid, context: Context) -> None:
     """Run ``num-server-rounds`` rounds and write the run folder."""
     started = time.time()
     config = AppConfig.from_run_config(context.run_config)
-    recorder = RunRecorder.create(config.results_dir, config.run_name,
-                                  label=config.strategy if config.selection == "random"
-                                  else f"{config.selection}-{config.strategy}")
+    run = config.run
+    label = run.strategy if run.selection == "random" else f"{run.selection}-{run.strategy}"
+    recorder = RunRecorder.create(run.results_dir, run.run_name, label=label)
     recorder.write_json("config.json", config.to_run_config())
     log.info("bouquet: results in %s", recorder.folder)
     strategy = build_strategy(config, recorder)
-    if config.task == "vision":
+    if run.task == "vision":
         _run_vision(grid, config, strategy, recorder, started)
     else:
         _run_water(grid, config, strategy, recorder, started)
 
 
-def _run_vision(grid: Grid, config: AppConfig, strategy: SeededFedAvg, recorder: RunRecorder,
+def _run_vision(grid: Grid, config: AppConfig, strategy: BouquetStrategy, recorder: RunRecorder,
                 started: float) -> None:
+    run = config.run
     initial, evaluate = central_evaluation(config, recorder)
     result = strategy.start(grid=grid, initial_arrays=initial,
-                            num_rounds=config.num_server_rounds, timeout=config.round_timeout, evaluate_fn=evaluate)
+                            num_rounds=run.num_server_rounds, timeout=run.round_timeout, evaluate_fn=evaluate)
     curve = {int(r): float(m["accuracy"]) for r, m in result.evaluate_metrics_serverapp.items()}
-    summary = {"task": "vision", "strategy": config.strategy, "rounds": config.num_server_rounds,
+    summary = {"task": "vision", "strategy": run.strategy, "rounds": run.num_server_rounds,
                "accuracy-per-round": [curve[r] for r in sorted(curve)],
                "final-accuracy": curve[max(curve)] if curve else None,
-               **_selection_summary(strategy), "wall-seconds": time.time() - started}
+               **_selection_summary(config, strategy), "wall-seconds": time.time() - started}
     recorder.write_json("summary.json", summary)
     if curve:
         best = max(sorted(curve), key=curve.get)  # the earliest round with the highest accuracy
@@ -216,36 +208,35 @@ def _run_vision(grid: Grid, config: AppConfig, strategy: SeededFedAvg, recorder:
                         f"at round {best})"
     else:
         accuracy_text = "no test accuracy (no round evaluated)"
-    log.info("bouquet summary: vision, %s + %s, %d rounds: %s; %s", summary["selection"], config.strategy,
-             config.num_server_rounds, accuracy_text, recorder.folder)
+    log.info("bouquet summary: vision, %s + %s, %d rounds: %s; %s", summary["selection"], run.strategy,
+             run.num_server_rounds, accuracy_text, recorder.folder)
 
 
-def _run_water(grid: Grid, config: AppConfig, strategy: SeededFedAvg, recorder: RunRecorder,
+def _run_water(grid: Grid, config: AppConfig, strategy: BouquetStrategy, recorder: RunRecorder,
                started: float) -> None:
+    run = config.run
     _write_pool(config, recorder)
-    torch.manual_seed(config.seed)
-    model = LSTMForecaster(config.hidden_size, config.num_layers)
+    torch.manual_seed(config.sampling.seed)
+    model = LSTMForecaster(config.water_model.hidden_size, config.water_model.num_layers)
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
-                            num_rounds=config.num_server_rounds, timeout=config.round_timeout)
+                            num_rounds=run.num_server_rounds, timeout=run.round_timeout)
 
-    if isinstance(strategy, HKFedAvg) and strategy.record_trajectories:
-        write_trajectories(strategy, recorder.folder / "trajectories")
-    rows = evaluate_every_node(grid, result.arrays, timeout=config.round_timeout, recorder=recorder)
+    rows = evaluate_every_node(grid, result.arrays, timeout=run.round_timeout, recorder=recorder)
     recorder.append_rows("clients", rows)
     mae = np.array([r["mae-litres"] for r in rows])
     mse = np.array([r["mse"] for r in rows])
     summary = {
-        "strategy": config.strategy, "rounds": config.num_server_rounds, "clients-evaluated": len(rows),
+        "strategy": run.strategy, "rounds": run.num_server_rounds, "clients-evaluated": len(rows),
         "mae-litres-mean": float(mae.mean()) if len(mae) else None,
         "mae-litres-std": float(mae.std()) if len(mae) else None,
         "mse-mean": float(mse.mean()) if len(mse) else None,
-        **_selection_summary(strategy),
+        **_selection_summary(config, strategy),
         "wall-seconds": time.time() - started,
     }
     recorder.write_json("summary.json", summary)
     if len(rows):
         log.info("bouquet summary: %s, %d rounds, %d clients: MAE %.2f +- %.2f L/day, MSE %.4f (scaled); %s",
-                 config.strategy, config.num_server_rounds, len(rows), mae.mean(), mae.std(), mse.mean(),
+                 run.strategy, run.num_server_rounds, len(rows), mae.mean(), mae.std(), mse.mean(),
                  recorder.folder)
     else:
         log.warning("bouquet summary: no client answered the final evaluation; %s", recorder.folder)

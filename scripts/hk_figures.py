@@ -27,7 +27,6 @@ Reads the run folders written by ``scripts/run_hk_experiments.py``
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import matplotlib
@@ -39,24 +38,27 @@ plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.cm.tab20.colors)  # > 10 
 import numpy as np
 import pandas as pd
 
+from bouquet.results import RunFolder, find_runs
 
-def load_runs(base: Path) -> dict[str, list[Path]]:
-    runs: dict[str, list[Path]] = {}
-    for summary in sorted(base.glob("*/seed-*/summary.json")):
-        runs.setdefault(summary.parent.parent.name, []).append(summary.parent)
+Runs = dict[str, list[RunFolder]]
+
+
+def load_runs(base: Path) -> Runs:
+    runs: Runs = {}
+    for run in find_runs(base, "*/seed-*"):
+        runs.setdefault(run.path.parent.name, []).append(run)
     if not runs:
         raise SystemExit(f"no finished runs (*/seed-*/summary.json) under {base}")
     return runs
 
 
-def rounds_frame(runs: dict[str, list[Path]]) -> pd.DataFrame:
+def rounds_frame(runs: Runs) -> pd.DataFrame:
     rows = []
     for arm, folders in runs.items():
-        for folder in folders:
-            for line in (folder / "rounds.jsonl").read_text().splitlines():
-                record = json.loads(line)
-                rows.append({"arm": arm, "seed": folder.name, **{k: v for k, v in record.items()
-                                                                 if not isinstance(v, list)}})
+        for run in folders:
+            for record in run.rounds():
+                rows.append({"arm": arm, "seed": run.path.name,
+                             **{k: v for k, v in record.items() if not isinstance(v, list)}})
     return pd.DataFrame(rows)
 
 
@@ -65,12 +67,12 @@ def per_round(rounds: pd.DataFrame, column: str, phase: str) -> pd.DataFrame:
     return subset.groupby(["arm", "round"])[column].agg(["mean", "std"]).reset_index()
 
 
-def pooled_accuracy(runs: dict[str, list[Path]]) -> pd.DataFrame:
+def pooled_accuracy(runs: Runs) -> pd.DataFrame:
     """100 x (1 - pooled WAPE) per arm and round (mean and std over seeds)."""
     rows = []
     for arm, folders in runs.items():
-        for folder in folders:
-            clients = pd.read_csv(folder / "evaluate_clients.csv")
+        for run in folders:
+            clients = run.table("evaluate_clients")
             error = clients["num-examples"] * clients["mae-litres"]
             actual = (error / clients["wape"]).where(np.isfinite(clients["wape"]) & (clients["wape"] > 0), 0.0)
             per = pd.DataFrame({"round": clients["round"], "error": error, "actual": actual}).groupby("round").sum()
@@ -96,12 +98,12 @@ def line_plot(table: pd.DataFrame, ylabel: str, title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def final_mae(runs: dict[str, list[Path]]) -> pd.DataFrame:
+def final_mae(runs: Runs) -> pd.DataFrame:
     rows = []
     for arm, folders in runs.items():
         client_means, client_stds, final_mse = [], [], []
-        for folder in folders:
-            clients = pd.read_csv(folder / "clients.csv")
+        for run in folders:
+            clients = run.table("clients")
             client_means.append(clients["mae-litres"].mean())
             client_stds.append(clients["mae-litres"].std(ddof=0))
             final_mse.append(clients["mse"].mean())
@@ -114,11 +116,11 @@ def final_mae(runs: dict[str, list[Path]]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("mae_mean").reset_index(drop=True)
 
 
-def forecasts(runs: dict[str, list[Path]], out: Path, days: int = 60) -> None:
+def forecasts(runs: Runs, out: Path, days: int = 60) -> None:
     frames = []
     for arm, folders in runs.items():
-        seed0 = [f for f in folders if f.name == "seed-0"] or folders[:1]
-        predictions = pd.read_csv(seed0[0] / "predictions.csv")
+        seed0 = [r for r in folders if r.path.name == "seed-0"] or folders[:1]
+        predictions = seed0[0].table("predictions")
         frames.append(predictions.assign(arm=arm))
     table = pd.concat(frames)
     days_per_household = table.drop_duplicates(["household", "day"]).groupby("household").size()
@@ -143,15 +145,14 @@ def forecasts(runs: dict[str, list[Path]], out: Path, days: int = 60) -> None:
     plt.close(fig)
 
 
-def trajectories(runs: dict[str, list[Path]], out: Path) -> None:
+def trajectories(runs: Runs, out: Path) -> None:
     arms = sorted(a for a in runs if a.startswith("hk-"))
     rows = []
     if not arms:
         return
     fig, axes = plt.subplots(2, (len(arms) + 1) // 2, figsize=(4 * ((len(arms) + 1) // 2), 7), squeeze=False)
     for ax, arm in zip(axes.T.ravel(), arms):
-        folder = min(runs[arm])
-        files = sorted((folder / "trajectories").glob("round-*.npz"))
+        files = min(runs[arm], key=lambda run: run.path).trajectory_files()
         if not files:
             ax.set_title(f"{arm}: no trajectories")
             continue

@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bouquet.experiments import Job, load_layer, run_jobs, toml_value
+from bouquet.experiments import Job, layered_run_config, load_layer, run_jobs, toml_value
 from bouquet.launch import pool_size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,10 +26,7 @@ EXPERIMENTS = ROOT / "experiments" / "hk"
 
 
 def run_config(data: str, profile: str, arm: str, seed: int) -> dict:
-    layers = {**load_layer(EXPERIMENTS, "data", data), **load_layer(EXPERIMENTS, "profiles", profile),
-              **load_layer(EXPERIMENTS, "arms", arm)}
-    if layers.get("data-path"):
-        layers["data-path"] = str((ROOT / layers["data-path"]).resolve())
+    layers = layered_run_config(EXPERIMENTS, [("data", data), ("profiles", profile), ("arms", arm)], ROOT)
     return {**layers, "seed": seed}
 
 
@@ -40,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all'")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default="results/hk")
+    parser.add_argument("--ray-address", default=None,
+                        help="run the simulations on this existing Ray cluster (head:port) instead of a private Ray")
     parser.add_argument("--supernodes", type=int, default=None,
                         help="SuperNodes (the first N households of the pool); default: the whole pool")
     args = parser.parse_args(argv)
@@ -59,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                 supernodes) for arm in arms for seed in args.seeds]
     print(f"{len(arms)} arms x {len(args.seeds)} seeds; {supernodes} SuperNodes; results in {base}", flush=True)
     failures = run_jobs(ROOT, jobs, base / ".superlink",
-                        lambda s: f"MAE {s['mae-litres-mean']:.2f} +- {s['mae-litres-std']:.2f} L/day")
+                        lambda s: f"MAE {s['mae-litres-mean']:.2f} +- {s['mae-litres-std']:.2f} L/day",
+                        ray_address=args.ray_address)
     return 1 if failures else 0
 
 

@@ -29,7 +29,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bouquet.experiments import Job, load_layer, run_jobs
+from bouquet.experiments import Job, layered_run_config, run_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments" / "sckm"
@@ -41,25 +41,10 @@ STUDIES = {
 }
 
 
-def load_profile(name: str, study: str, seen: tuple[str, ...] = ()) -> dict:
-    """``profiles/<name>.toml`` as ``study`` sees it: on top of the profile it ``extends`` (if any), with its
-    table named after ``study`` applied last and the other studies' tables dropped."""
-    if name in seen:
-        raise SystemExit(f"profile {name!r} extends itself: {' -> '.join((*seen, name))}")
-    layer = load_layer(EXPERIMENTS, "profiles", name)
-    base = layer.pop("extends", None)
-    per_study = {other: layer.pop(other) for other in STUDIES if other in layer}
-    inherited = load_profile(base, study, (*seen, name)) if base is not None else {}
-    return inherited | layer | per_study.get(study, {})
-
-
 def job(data: str, profile: str, setting: str, arm: str, seed: int, base: Path, study: str) -> Job:
-    layers = {**load_layer(EXPERIMENTS, "data", data), **load_profile(profile, study)}
-    setting_layer = load_layer(EXPERIMENTS, "settings", setting)
-    supernodes = int(setting_layer.pop("num-supernodes"))
-    layers |= setting_layer | load_layer(EXPERIMENTS, "arms", arm)
-    if layers.get("vision-data-path"):
-        layers["vision-data-path"] = str((ROOT / layers["vision-data-path"]).resolve())
+    layers = layered_run_config(EXPERIMENTS, [("data", data), ("profiles", profile), ("settings", setting),
+                                              ("arms", arm)], ROOT, study, tuple(STUDIES))
+    supernodes = int(layers.pop("num-supernodes"))
     return Job(f"{setting} {arm} seed {seed}", {**layers, "seed": seed}, base / setting / arm / f"seed-{seed}",
                supernodes)
 
@@ -74,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all' (the study's)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default="results/sckm")
+    parser.add_argument("--ray-address", default=None,
+                        help="run the simulations on this existing Ray cluster (head:port) instead of a private Ray")
     return parser
 
 
@@ -98,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             text += f", C* {summary['c-star']}"
         return text
 
-    return 1 if run_jobs(ROOT, jobs, base / ".superlink", describe) else 0
+    return 1 if run_jobs(ROOT, jobs, base / ".superlink", describe, ray_address=args.ray_address) else 0
 
 
 if __name__ == "__main__":

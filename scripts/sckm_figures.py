@@ -39,15 +39,14 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from bouquet.config import AppConfig
 from bouquet.data.images import VisionDataConfig, load_images, partition
+from bouquet.results import RunFolder, find_runs
 
 TAIL_ROUNDS = 5
 SETTING = re.compile(r"c(?P<clients>\d+)-s(?P<shards>\d+)-b(?P<budget>\d+)")
@@ -56,13 +55,13 @@ SETTING = re.compile(r"c(?P<clients>\d+)-s(?P<shards>\d+)-b(?P<budget>\d+)")
 def load_runs(base: Path) -> pd.DataFrame | None:
     """One row per (setting, arm, seed, round) with the accuracy, and C-hat where recorded."""
     rows = []
-    for summary_path in sorted(base.glob("*/*/seed-*/summary.json")):
-        seed_dir = summary_path.parent
+    for run in find_runs(base, "*/*/seed-*"):
+        seed_dir = run.path
         arm, setting = seed_dir.parent.name, seed_dir.parent.parent.name
         match = SETTING.fullmatch(setting)
         if match is None:
             continue
-        summary = json.loads(summary_path.read_text())
+        summary = run.summary()
         clusters = summary.get("clusters-per-round", [])
         for rnd, acc in enumerate(summary["accuracy-per-round"]):
             rows.append({"setting": setting, "arm": arm, "seed": int(seed_dir.name.removeprefix("seed-")),
@@ -246,21 +245,20 @@ def _client_classes(vision: VisionDataConfig, num_clients: int) -> list[set[int]
 def selection_facts(base: Path, out: Path) -> pd.DataFrame | None:
     """``selection_facts.csv`` (per run) and ``.md`` (per setting and arm) from the run folders in ``base``."""
     rows = []
-    for run in sorted(base.glob("*/*/seed-*/")):
-        match = SETTING.fullmatch(run.parent.parent.name)
-        if match is None or not (run / "train_clients.csv").exists() or not (run / "config.json").exists():
+    for run in (RunFolder(path) for path in sorted(base.glob("*/*/seed-*/"))):
+        match = SETTING.fullmatch(run.path.parent.parent.name)
+        if match is None or not run.has("train_clients") or not (run.path / "config.json").exists():
             continue
-        config = AppConfig.from_run_config(json.loads((run / "config.json").read_text()))
-        classes = _client_classes(config.vision_data(), int(match["clients"]))
-        train = pd.read_csv(run / "train_clients.csv")
+        classes = _client_classes(run.app_config().vision_data, int(match["clients"]))
+        train = run.table("train_clients")
         trained = {int(r): part["partition-id"].astype(int).tolist() for r, part in train.groupby("round")}
         losses = chosen = None
-        if (run / "selection.csv").exists():
-            sel = pd.read_csv(run / "selection.csv").dropna(subset=["loss"])
+        if run.has("selection"):
+            sel = run.table("selection").dropna(subset=["loss"])
             losses = {int(r): dict(zip(part["node_id"], part["loss"])) for r, part in sel.groupby("round")}
             chosen = {int(r): part.loc[part["selected"], "node_id"].tolist() for r, part in sel.groupby("round")}
-        rows.append({"setting": run.parent.parent.name, "arm": run.parent.name,
-                     "seed": int(run.name.removeprefix("seed-")),
+        rows.append({"setting": run.path.parent.parent.name, "arm": run.path.parent.name,
+                     "seed": int(run.path.name.removeprefix("seed-")),
                      **run_selection_facts(trained, classes, losses, chosen)})
     if not rows:
         return None

@@ -42,17 +42,17 @@ def main() -> None:
                                   "min-history-days": 300, "active-factor": 0.0}))
     for name, overrides in sources:
         config = AppConfig.from_run_config(overrides)
-        data = config.water_data()
+        data = config.water_data
         pool = load_pool(data)
-        torch.manual_seed(config.seed)
-        global_model = LSTMForecaster(config.hidden_size, config.num_layers)
+        torch.manual_seed(config.sampling.seed)
+        global_model = LSTMForecaster(config.water_model.hidden_size, config.water_model.num_layers)
         theta = flat(global_model)
         rows = []
         for partition in range(min(args.clients, len(pool))):
-            local = LSTMForecaster(config.hidden_size, config.num_layers)
+            local = LSTMForecaster(config.water_model.hidden_size, config.water_model.num_layers)
             local.load_state_dict(global_model.state_dict())
-            train_windows(local, pool.client(partition, data), config.train_settings(),
-                          np.random.default_rng([config.seed, 1, partition]))
+            train_windows(local, pool.client(partition, data), config.water_train,
+                          np.random.default_rng([config.sampling.seed, 1, partition]))
             rows.append(flat(local))
         weights = np.array(rows)
         for label, matrix in (("weights", weights), ("updates", weights - theta)):

@@ -1,5 +1,20 @@
-"""Shared fixtures: an isolated data cache, and the path of the shared real data."""
+"""Shared fixtures: an isolated data cache, the shared real data, and one Ray head + SuperLink per session.
 
+End-to-end tests run real ``flwr run`` commands against a real ``flower-superlink`` (simulation
+runtime).  Starting a SuperLink and a Ray cluster costs ~5 s per run, so a test session (each pytest-xdist
+worker is one) starts one Ray head (on 127.0.0.1) and one SuperLink that every simulation joins
+(``RAY_ADDRESS``): each ``flwr run`` is still its own run with its own simulation process, ServerApp and
+ClientApp actors, and its own results folder, so tests stay independent.  Both processes are stopped by
+PID at the end of the session.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -15,32 +30,77 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
-def server_identity(monkeypatch):
-    """Set what a ServerApp process sets, so that strategies can build Flower messages in-process."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for name in ("_run_id", "_task_id", "_node_id"):
-        monkeypatch.setattr(TaskIdentity, name, 1)
-
-
-@pytest.fixture
 def daiad_zip() -> Path:
     if not DAIAD_ZIP.exists():
         pytest.skip(f"real DAIAD file not found at {DAIAD_ZIP} (shared data is only on developer/CI machines)")
     return DAIAD_ZIP
 
 
-@pytest.fixture
-def run_app(tmp_path):
-    """``run_app(run_config, supernodes=4)``: one real ``flwr run`` of this app; returns (run folder, stdout)."""
+class RayHead:
+    """A ``ray start --head --block`` process on 127.0.0.1 (its session logs under ``temp_dir``)."""
+
+    def __init__(self, log: Path) -> None:
+        from bouquet.processes import free_port
+
+        self.port = free_port()
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # Ray's socket paths must stay short
+        with open(log, "w") as handle:  # the child keeps its own copy
+            self.process = subprocess.Popen(
+                [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address",
+                 "127.0.0.1", "--port", str(self.port), "--num-cpus", "2", "--include-dashboard", "false",
+                 "--disable-usage-stats", "--temp-dir", str(self.temp_dir)],
+                stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while not list(self.temp_dir.glob("session_*/logs/raylet.out")):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray head did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        time.sleep(2)  # the GCS accepts drivers a moment after the raylet writes its log
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory):
+    """One Ray cluster for every simulation of the session."""
+    head = RayHead(tmp_path_factory.mktemp("ray") / "ray-head.log")
+    try:
+        yield head
+    finally:
+        head.stop()
+
+
+@pytest.fixture(scope="session")
+def superlink(tmp_path_factory, ray_head):
+    """One SuperLink (simulation runtime) whose simulations join the session's Ray head."""
     from bouquet.launch import local_superlink
 
-    def run(run_config: str, supernodes: int = 4):
+    with local_superlink(tmp_path_factory.mktemp("superlink"), env={"RAY_ADDRESS": ray_head.address}) as link:
+        yield link
+
+
+@pytest.fixture
+def run_app(tmp_path, superlink):
+    """``run_app(run_config, supernodes=4)``: one real ``flwr run`` of this app; returns (run folder, stdout)."""
+
+    def run(run_config: str, supernodes: int = 4, check: bool = True):
         results = tmp_path / "results"
-        with local_superlink(tmp_path / "link") as link:
-            done = link.flwr_run(ROOT, run_config=f'{run_config} results-dir="{results}" run-name="e2e"',
-                                 federation_config=f"num-supernodes={supernodes} client-resources-num-cpus=1")
-        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-        return results / "e2e", done.stdout
+        done = superlink.flwr_run(ROOT, run_config=f'{run_config} results-dir="{results}" run-name="e2e"',
+                                  federation_config=f"num-supernodes={supernodes} client-resources-num-cpus=1")
+        if check:
+            assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        return results / "e2e", done.stdout + done.stderr
 
     return run

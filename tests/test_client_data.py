@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bouquet.client_app import _windows
 from bouquet.config import AppConfig
+from bouquet.tasks.water import node_windows
 
 
 def household_csv(path, household="home-1", days=60, litres_per_hour=5):
@@ -21,7 +21,7 @@ def household_csv(path, household="home-1", days=60, litres_per_hour=5):
 def test_node_file_with_one_household_is_that_household(tmp_path):
     path = household_csv(tmp_path / "own.csv")
     config = AppConfig.from_run_config({"data-source": "daiad", "min-history-days": 30})  # active-factor stays 1.6
-    household, windows = _windows(config, 7, str(path))
+    household, windows = node_windows(config.water_data, 7, str(path))
     assert household == "home-1"
     assert len(windows.y_train) + len(windows.y_test) == 60 - 12  # day 1 has 23 covered hours: kept, scaled
     np.testing.assert_allclose(windows.to_litres(windows.y_test), 120.0)
@@ -31,25 +31,26 @@ def test_short_node_file_is_a_clear_error(tmp_path):
     path = household_csv(tmp_path / "short.csv", days=10)
     config = AppConfig.from_run_config({"data-source": "daiad", "min-history-days": 5})
     with pytest.raises(ValueError, match="no household passes the filters"):
-        _windows(config, 0, str(path))
+        node_windows(config.water_data, 0, str(path))
 
 
 def test_a_worker_decodes_the_images_once_for_all_the_partitions_it_serves(monkeypatch):
     from types import SimpleNamespace
 
     from bouquet import client_app
+    from bouquet.tasks import vision
 
     calls = []
-    real = client_app.load_images
-    monkeypatch.setattr(client_app, "load_images", lambda spec: calls.append(spec) or real(spec))
-    client_app._partitioned.cache_clear()
-    client_app._shard.cache_clear()
-    run_config = {"task": "vision", "vision-dataset": "digits", "shards-per-client": 1}
+    real = vision.load_images
+    monkeypatch.setattr(vision, "load_images", lambda spec: calls.append(spec) or real(spec))
+    vision._partitioned.cache_clear()
+    vision.node_shard.cache_clear()
+    config = AppConfig.from_run_config({"task": "vision", "vision-dataset": "digits", "shards-per-client": 1})
     shards = []
     for k in list(range(12)) * 2:  # more partitions than the per-shard cache holds, twice over
-        context = SimpleNamespace(run_config=run_config, node_config={"partition-id": k, "num-partitions": 12})
-        _, partition_id, _, y, _ = client_app.vision_data(context)
-        shards.append((partition_id, len(y), int(y.sum())))
+        context = SimpleNamespace(node_config={"partition-id": k, "num-partitions": 12})
+        task = client_app.node_task(config, context)
+        shards.append((task.partition_id, len(task.y), int(task.y.sum())))
     assert len(calls) == 1
     assert shards[:12] == shards[12:] and len({s[2] for s in shards[:12]}) > 1  # same shards, distinct ones
 
@@ -64,9 +65,9 @@ def test_a_vision_node_without_its_partition_keys_names_them_all(node_config, mi
 
     from bouquet import client_app
 
-    context = SimpleNamespace(run_config={"task": "vision", "vision-dataset": "digits"}, node_config=node_config)
+    config = AppConfig.from_run_config({"task": "vision", "vision-dataset": "digits"})
     with pytest.raises(KeyError) as raised:
-        client_app.vision_data(context)
+        client_app.node_task(config, SimpleNamespace(node_config=node_config))
     assert f"lacks {missing} (start the SuperNode with --node-config" in raised.value.args[0]
 
 
@@ -85,7 +86,7 @@ def test_the_identity_key_and_the_sketch_seed_are_the_partition_id():
 def test_the_sketch_loss_is_cross_entropy_for_any_integer_labels_and_mse_for_forecasts(label_dtype):
     import torch
 
-    from bouquet.client_app import task_loss
+    from bouquet.tasks.base import task_loss
 
     logits = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
     labels = torch.from_numpy(np.array([0, 1], dtype=label_dtype))

@@ -34,29 +34,82 @@ def test_unknown_key_lists_known_keys():
     ("learning-rate", "fast", "must be a number"),
     ("data-source", "parquet", "data source must be one of"),
     ("scaler", "robust", "scaler must be one of"),
-    ("fraction-evaluate", 1.5, "fraction-evaluate must be in"),
+    ("fraction-evaluate", 1.5, "fraction_evaluate must be in"),
     ("min-hours-per-day", 30, "min_hours_per_day"),
     ("data-path", 3, "must be a string"),
+    ("synthetic-households", 0, "n_households must be >= 1"),
+    ("sckm-layer-combine", "sum", "sckm-layer-combine must be one of"),
+    ("afl-alpha1", 1.0, "alpha1"),
+    ("selection-mode", "push", "selection mode must be one of"),
+    ("vision-model", "resnet", "vision-model must be one of"),
+    ("local-epochs", 0, "local epochs must be >= 1"),
+    ("hidden-size", 0, "hidden-size must be >= 1"),
 ])
-def test_bad_values(key, value, message):
-    with pytest.raises(ConfigError, match=message):
+def test_bad_values_name_the_key(key, value, message):
+    with pytest.raises(ConfigError, match=message) as error:
         AppConfig.from_run_config({key: value})
+    assert f"run-config {key!r}" in str(error.value)
+
+
+def test_a_strategy_name_is_parsed_once_into_a_spec():
+    from bouquet.config import StrategySpec
+
+    assert StrategySpec.parse("hk-cosine-bounded") == StrategySpec("hk-cosine-bounded", "hk", "cosine-bounded")
+    config = AppConfig.from_run_config({"strategy": "fixed-k-cosine", "fixed-k": 3})
+    assert config.spec.family == "fixed-k" and config.fixed_k.geometry == "cosine" and config.fixed_k.k == 3
+    assert config.hk is None  # no HK section for another strategy, but its keys' values are kept
+    perfedavg = AppConfig.from_run_config({"strategy": "perfedavg-hf", "perfedavg-alpha": 0.05})
+    assert perfedavg.perfedavg_settings().variant == "hf" and perfedavg.perfedavg_settings().alpha == 0.05
+
+
+def test_hk_keys_are_validated_by_the_geometry_the_strategy_names_and_kept_otherwise():
+    assert AppConfig.from_run_config({"strategy": "hk-euclidean", "hk-tau": 1.5}).hk.tau == 1.5
+    with pytest.raises(ConfigError, match="run-config 'hk-tau'"):
+        AppConfig.from_run_config({"strategy": "hk-cosine", "hk-tau": 1.5})
+    fedavg = AppConfig.from_run_config({"strategy": "fedavg", "hk-tau": 1.5})
+    assert fedavg.to_run_config()["hk-tau"] == 1.5
+    assert AppConfig.from_run_config(fedavg.to_run_config()) == fedavg
+
+
+def test_each_default_lives_in_its_params_class():
+    from bouquet.algorithms.hk import HKParams
+    from bouquet.strategies.params import SelectionParams
+    from bouquet.tasks.params import VisionTrainSettings
+
+    defaults = AppConfig.defaults()
+    assert defaults["hk-tau"] == HKParams.tau and defaults["sketch-fraction"] == SelectionParams.sketch_fraction
+    assert defaults["vision-learning-rate"] == VisionTrainSettings.learning_rate
+    # a key that sets two sections has one default: both classes read it from one constant
+    for key in ("batch-size", "data-seed", "sckm-layer-combine"):
+        sections = [k for k in AppConfig.describe_keys() if k[0] == key]
+        assert len(sections) == 2 and len({default for _, _, default in sections}) == 1, key
+
+
+def test_reading_the_config_imports_neither_torch_nor_flwr():
+    import subprocess
+    import sys
+
+    code = ("import sys, bouquet.config; bad = [m for m in ('torch', 'flwr') if m in sys.modules]; "
+            "print(','.join(bad)); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_integers_are_accepted_for_floats_and_roundtrip():
     config = AppConfig.from_run_config({"learning-rate": 1, "num-server-rounds": 3.0})
-    assert config.learning_rate == 1.0 and config.num_server_rounds == 3
+    assert config.water_train.learning_rate == 1.0 and config.run.num_server_rounds == 3
     assert AppConfig.from_run_config(config.to_run_config()) == config
 
 
 def test_daiad_source_without_path_is_allowed_for_per_node_paths():
+    from bouquet.data.water import load_pool
+
     config = AppConfig.from_run_config({"data-source": "daiad"})
     with pytest.raises(ValueError, match="needs a data path"):
-        config.water_data()
-    assert config.water_data("/node/own.csv").path == "/node/own.csv"
+        load_pool(config.water_data)
 
 
-@pytest.mark.parametrize("key, value, message", [("fixed-k", 0, "fixed-k must be >= 1"),
+@pytest.mark.parametrize("key, value, message", [("fixed-k", 0, "run-config .fixed-k.: k must be a positive integer"),
                                                  ("proximal-mu", -1.0, "proximal-mu must be >= 0")])
 def test_baseline_parameters(key, value, message):
     with pytest.raises(ConfigError, match=message):

@@ -4,11 +4,9 @@ import pytest
 import torch
 from flwr.app import ConfigRecord
 
-from bouquet.strategies.fedprox import SeededFedProx
+from bouquet.strategies import BouquetStrategy, ProximalParams, ProximalTerm, SamplingParams, UniformSampler
 from bouquet.tasks.water import proximal_penalty
-from tests.flower_fakes import FakeGrid, arrays
-
-pytestmark = pytest.mark.usefixtures("server_identity")
+from tests.flower_fakes import FakeGrid, arrays, make_message
 
 
 def test_proximal_gradient_is_plain_gradient_plus_mu_times_drift():
@@ -40,8 +38,15 @@ def test_negative_mu_rejected():
 
 
 def test_server_sends_mu_to_seeded_sample():
-    strategy = SeededFedProx(proximal_mu=0.05, clients_per_round=3, seed=1)
-    messages = list(strategy.configure_train(1, arrays(0.0), ConfigRecord({}), FakeGrid(range(1, 21))))
-    assert len(messages) == 3
-    assert {m.metadata.dst_node_id for m in messages} == set(strategy.sample_nodes(FakeGrid(range(1, 21)), 1, 3))
-    assert all(m.content["config"]["proximal-mu"] == 0.05 for m in messages)
+    def plan(*train_config):
+        strategy = BouquetStrategy(sampler=UniformSampler(SamplingParams(clients_per_round=3, seed=1)),
+                                   train_config=train_config, message_factory=make_message)
+        strategy.models.adopt(arrays(0.0))
+        return strategy.configure_train_round(1, ConfigRecord({}), FakeGrid(range(1, 21)))
+
+    proximal, plain = plan(ProximalTerm(ProximalParams(0.05))), plan()
+    assert len(proximal.messages) == 3 and proximal.node_ids == plain.node_ids  # the same seeded sample
+    assert all(m.content["config"]["proximal-mu"] == 0.05 for m in proximal.messages)
+    assert "proximal-mu" not in plain.config
+    with pytest.raises(ValueError, match="proximal-mu must be >= 0"):
+        ProximalParams(-0.1)

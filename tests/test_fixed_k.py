@@ -10,7 +10,7 @@ from bouquet.algorithms.coalitions_fixed_k import (
 )
 from bouquet.strategies import FixedKFedAvg
 from tests.flower_fakes import ListRecorder, arrays, reply
-from tests.test_hk_strategy import model
+from tests.test_hk_strategy import aggregate, model
 
 
 def test_two_obvious_groups_hand_case():
@@ -70,8 +70,7 @@ def test_strategy_hand_case_through_messages():
     replies = [reply(i + 1, model([r[0]], [r[1]])) for i, r in enumerate(rows)]
     recorder = ListRecorder()
     strategy = FixedKFedAvg(k=2, geometry="euclidean", recorder=recorder)
-    strategy._sent_arrays = model([0.0], [0.0])
-    result, _ = strategy.aggregate_train(1, replies)
+    result, _ = aggregate(strategy, replies, model([0.0], [0.0]))
     np.testing.assert_allclose(result["w"].numpy(), [(3.2 / 3 + 11.1) / 2], rtol=1e-6)
     (_, _, logged), = recorder.rounds
     assert logged["coalitions"] == 2 and logged["coalition-sizes"] == [3, 2]
@@ -81,6 +80,5 @@ def test_strategy_hand_case_through_messages():
 def test_strategy_excludes_nan_reply():
     replies = [reply(1, arrays(1.0)), reply(2, arrays(3.0)), reply(3, arrays(np.nan))]
     strategy = FixedKFedAvg(k=1)
-    strategy._sent_arrays = arrays(0.0)
-    result, _ = strategy.aggregate_train(1, replies)
+    result, _ = aggregate(strategy, replies, arrays(0.0))
     np.testing.assert_allclose(result["w"].numpy(), 2.0)

@@ -1,12 +1,20 @@
-"""HKFedAvg adapter with real Flower Messages: coalitions, screening, records."""
+"""HKFedAvg (coalition aggregation) with real Flower Messages: coalitions, screening, records, trajectories."""
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord
 
-from bouquet.strategies import HKFedAvg
-from bouquet.strategies.arrays import FlatLayout, stack_records
-from tests.flower_fakes import ListRecorder, arrays, reply
+from bouquet.strategies import HKFedAvg, TrajectoryWriter
+from bouquet.strategies.arrays import FlatLayout, stack_records, to_numpy
+from bouquet.strategies.rounds import TrainRound
+from tests.flower_fakes import ListObserver, ListRecorder, arrays, reply
+
+
+def aggregate(strategy, replies, sent, server_round=1):
+    """What the strategy makes of ``replies`` to a round in which every replying node was sent ``sent``."""
+    nodes = tuple(r.metadata.src_node_id for r in replies)
+    return strategy.aggregate_train_round(TrainRound(server_round, nodes, {n: sent for n in nodes}, ConfigRecord(), ()),
+                                          replies)
 
 
 def model(w, b, counter=None):
@@ -23,8 +31,7 @@ def test_hand_case_through_messages():
                for i, r in enumerate(rows)]
     recorder = ListRecorder()
     strategy = HKFedAvg(geometry="cosine", tau=0.5, recorder=recorder)
-    strategy._sent_arrays = model([0.0], [0.0])
-    result, _ = strategy.aggregate_train(3, replies)
+    result, _ = aggregate(strategy, replies, model([0.0], [0.0]), server_round=3)
     np.testing.assert_allclose(result["w"].numpy(), [0.525], rtol=1e-6)
     np.testing.assert_allclose(result["b"].numpy(), [0.5], rtol=1e-6)
     (round_, phase, logged), = recorder.rounds
@@ -38,9 +45,8 @@ def test_hand_case_through_messages():
 def test_nan_and_zero_replies_are_excluded_with_a_named_warning(caplog):
     replies = [reply(1, arrays(1.0)), reply(2, arrays(2.0)), reply(3, arrays(np.nan)), reply(4, arrays(0.0))]
     strategy = HKFedAvg(geometry="euclidean", tau=2.0)  # one coalition: the uniform mean of the kept ones
-    strategy._sent_arrays = arrays(0.5)
     with caplog.at_level("WARNING"):
-        result, _ = strategy.aggregate_train(1, replies)
+        result, _ = aggregate(strategy, replies, arrays(0.5))
     np.testing.assert_allclose(result["w"].numpy(), 1.5)
     assert "node 3 excluded: non-finite" in caplog.text
     assert "node 4 excluded: all-zero weights" in caplog.text
@@ -49,9 +55,8 @@ def test_nan_and_zero_replies_are_excluded_with_a_named_warning(caplog):
 def test_shape_mismatch_is_excluded(caplog):
     replies = [reply(1, arrays(1.0)), reply(2, arrays(3.0)), reply(3, arrays(5.0, shape=(3, 2)))]
     strategy = HKFedAvg(geometry="cosine", tau=-1.0)
-    strategy._sent_arrays = arrays(0.0)
     with caplog.at_level("WARNING"):
-        result, _ = strategy.aggregate_train(1, replies)
+        result, _ = aggregate(strategy, replies, arrays(0.0))
     np.testing.assert_allclose(result["b"].numpy(), 2.0)
     assert "node 3 excluded" in caplog.text
 
@@ -59,8 +64,7 @@ def test_shape_mismatch_is_excluded(caplog):
 def test_integer_arrays_are_carried_not_averaged():
     replies = [reply(1, model([1.0, 0.0], [0.0], counter=7)), reply(2, model([0.0, 1.0], [0.0], counter=9))]
     strategy = HKFedAvg(geometry="cosine", tau=0.5)
-    strategy._sent_arrays = model([0.0, 0.0], [0.0], counter=0)
-    result, _ = strategy.aggregate_train(1, replies)
+    result, _ = aggregate(strategy, replies, model([0.0, 0.0], [0.0], counter=0))
     assert list(result.keys()) == ["w", "b", "steps"]
     np.testing.assert_allclose(result["w"].numpy(), [0.5, 0.5])  # two singletons: uniform mean
     assert int(result["steps"].numpy()) == 7
@@ -69,18 +73,27 @@ def test_integer_arrays_are_carried_not_averaged():
 def test_sample_weighted_barycenters():
     replies = [reply(1, model([1.0], [0.0]), examples=1), reply(2, model([3.0], [0.0]), examples=3)]
     strategy = HKFedAvg(geometry="cosine", tau=0.5, barycenter_weighting="samples")
-    strategy._sent_arrays = model([0.0], [0.0])
-    result, _ = strategy.aggregate_train(1, replies)
+    result, _ = aggregate(strategy, replies, model([0.0], [0.0]))
     np.testing.assert_allclose(result["w"].numpy(), [2.5])  # one coalition, (1*1 + 3*3) / 4
 
 
-def test_trajectories_recorded_on_request():
+def test_trajectories_reach_the_observers_and_the_writer_on_request(tmp_path):
     replies = [reply(i, arrays(float(i))) for i in (1, 2, 3)]
+    observer = ListObserver()
     strategy = HKFedAvg(record_trajectories=True)
-    strategy._sent_arrays = arrays(0.0)
-    strategy.aggregate_train(5, replies)
-    kept = strategy.trajectories[5]
+    strategy.observers = (observer, TrajectoryWriter(tmp_path / "trajectories"))
+    aggregate(strategy, replies, arrays(0.0), server_round=5)
+    (event,) = observer.events
+    kept = event.artifacts["hk-trajectory"]
     assert kept["node_ids"] == [1, 2, 3] and kept["gram"].shape == (3, 3) and len(kept["history"]) >= 2
+    with np.load(tmp_path / "trajectories" / "round-005.npz") as stored:
+        assert stored["projection"].shape == (len(kept["history"]), 3, 2)
+        assert stored["node_ids"].tolist() == [1, 2, 3] and len(stored["labels"]) == 3
+    plain = ListObserver()
+    without = HKFedAvg()
+    without.observers = (plain,)
+    aggregate(without, replies, arrays(0.0))
+    assert "hk-trajectory" not in plain.events[0].artifacts
 
 
 def test_invalid_parameters_fail_at_construction():
@@ -92,11 +105,12 @@ def test_flat_layout_roundtrip():
     record = model([[1.0, 2.0], [3.0, 4.0]], [5.0], counter=3)
     matrix, layout = stack_records([record, record])
     assert matrix.shape == (2, 5) and layout == FlatLayout.of(record)
-    back = layout.unflatten(matrix[0], record)
+    back = layout.unflatten(matrix[0], to_numpy(record))
+    assert list(back) == list(record)
     for name in record:
-        np.testing.assert_array_equal(back[name].numpy(), record[name].numpy())
+        np.testing.assert_array_equal(back[name], record[name].numpy())
     with pytest.raises(ValueError, match="layout needs"):
-        layout.unflatten(np.zeros(4), record)
+        layout.unflatten(np.zeros(4), to_numpy(record))
 
 
 def test_updates_opinion_space_groups_by_direction_of_change():
@@ -104,13 +118,12 @@ def test_updates_opinion_space_groups_by_direction_of_change():
     sent = model([10.0], [10.0])
     rows = [[11.0, 10.0], [11.1, 10.0], [10.0, 11.0], [10.0, 11.1], [10.0, 10.0]]  # last: no update at all
     replies = [reply(i + 1, model([r[0]], [r[1]])) for i, r in enumerate(rows)]
-    on_weights = HKFedAvg(geometry="cosine", tau=0.9)
-    on_weights._sent_arrays = sent
-    _, logged = on_weights.aggregate_arrays(1, [r.content for r in replies], [1, 2, 3, 4, 5])
-    assert logged["coalitions"] == 1
-    on_updates = HKFedAvg(geometry="cosine", tau=0.9, opinion_space="updates")
-    on_updates._sent_arrays = sent
-    result, logged = on_updates.aggregate_arrays(1, [r.content for r in replies], [1, 2, 3, 4, 5])
+    recorder = ListRecorder()
+    aggregate(HKFedAvg(geometry="cosine", tau=0.9, recorder=recorder), replies, sent)
+    assert recorder.rounds[-1][2]["coalitions"] == 1
+    result, _ = aggregate(HKFedAvg(geometry="cosine", tau=0.9, opinion_space="updates", recorder=recorder), replies,
+                          sent)
+    logged = recorder.rounds[-1][2]
     assert logged["coalitions"] == 3 and logged["coalition-sizes"] == [2, 2, 1]
     # barycenters (11.05, 10), (10, 11.05), (10, 10) of the weights, averaged
     np.testing.assert_allclose(result["w"].numpy(), [(11.05 + 10 + 10) / 3], rtol=1e-6)

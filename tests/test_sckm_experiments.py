@@ -12,14 +12,14 @@ from tests.script_loader import script
 pytestmark = pytest.mark.e2e
 
 
-def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys):
+def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray_head):
     from types import SimpleNamespace
 
     from bouquet import client_app
 
     runner, figures = script("run_sckm_experiments"), script("sckm_figures")
     args = ["--study", "select", "--data", "digits", "--profile", "smoke", "--settings", "c10-s2-b2",
-            "--arms", "sckm-cluster,random", "--seeds", "0", "--out", str(tmp_path)]
+            "--arms", "sckm-cluster,random", "--seeds", "0", "--out", str(tmp_path), "--ray-address", ray_head.address]
     assert runner.main(args) == 0
     base = tmp_path / "select-digits-smoke"
     for arm in ("sckm-cluster", "random"):
@@ -39,10 +39,10 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys):
     assert set(facts.index) == {"sckm-cluster", "random"}
     for arm in ("sckm-cluster", "random"):  # classes covered, from what each trained client's ClientApp holds
         run = base / "c10-s2-b2" / arm / "seed-0"
-        config = json.loads((run / "config.json").read_text())
+        config = AppConfig.from_run_config(json.loads((run / "config.json").read_text()))
         trained = pd.read_csv(run / "train_clients.csv")
-        covered = [len(set().union(*(set(client_app.vision_data(SimpleNamespace(
-            run_config=config, node_config={"partition-id": k, "num-partitions": 10}))[3].tolist())
+        covered = [len(set().union(*(set(client_app.node_task(config, SimpleNamespace(
+            node_config={"partition-id": k, "num-partitions": 10})).y.tolist())
             for k in part["partition-id"]))) for _, part in trained.groupby("round")]
         assert facts.loc[arm, "classes-covered"] == pytest.approx(np.mean(covered)), arm
         assert facts.loc[arm, "distinct-clients"] == trained["partition-id"].nunique()
@@ -83,7 +83,9 @@ def test_a_profile_table_named_after_a_study_applies_to_that_study_only(tmp_path
     AppConfig.from_run_config(cluster.run_config)  # every key is a valid run-config key
 
 
-def test_a_profile_extends_another(tmp_path, monkeypatch):
+def test_a_profile_extends_another(tmp_path):
+    from bouquet.experiments import load_profile
+
     runner = script("run_sckm_experiments")
     longer = runner.job("cifar10", "cpu-60", "c10-s2-b2", "sckm-select", 0, tmp_path, "select").run_config
     base = runner.job("cifar10", "cpu", "c10-s2-b2", "sckm-select", 0, tmp_path, "select").run_config
@@ -92,9 +94,42 @@ def test_a_profile_extends_another(tmp_path, monkeypatch):
     (profiles / "profiles").mkdir(parents=True)
     (profiles / "profiles" / "a.toml").write_text('extends = "b"\n')
     (profiles / "profiles" / "b.toml").write_text('extends = "a"\n')
-    monkeypatch.setattr(runner, "EXPERIMENTS", profiles)
     with pytest.raises(SystemExit, match="extends itself: a -> b -> a"):
-        runner.load_profile("a", "select")
+        load_profile(profiles, "a", "select", ("select", "cluster"))
+
+
+def test_every_shipped_job_has_the_run_config_it_had_before_the_layering_moved_into_the_package():
+    # the layers of every (profile, study, setting, arm) as the runner merged them on f9bee8a:
+    # data < profile (its own study table last, other studies' dropped) < setting < arm < seed, paths absolute
+    import tomllib
+
+    runner = script("run_sckm_experiments")
+    root = runner.EXPERIMENTS
+
+    def old(data, profile, setting, arm, study):
+        def load(kind, name):
+            return tomllib.loads((root / kind / f"{name}.toml").read_text())
+
+        def prof(name):
+            layer = load("profiles", name)
+            base = layer.pop("extends", None)
+            tables = {s: layer.pop(s) for s in runner.STUDIES if s in layer}
+            return (prof(base) if base else {}) | layer | tables.get(study, {})
+
+        layers = load("data", data) | prof(profile)
+        setting_layer = load("settings", setting)
+        setting_layer.pop("num-supernodes")
+        layers |= setting_layer | load("arms", arm)
+        if layers.get("vision-data-path"):
+            layers["vision-data-path"] = str((runner.ROOT / layers["vision-data-path"]).resolve())
+        return {**layers, "seed": 0}
+
+    for profile in sorted(p.stem for p in (root / "profiles").glob("*.toml")):
+        for study, plan in runner.STUDIES.items():
+            for setting in plan["settings"]:
+                for arm in plan["arms"]:
+                    job = runner.job("cifar10", profile, setting, arm, 0, root, study)
+                    assert job.run_config == old("cifar10", profile, setting, arm, study), (profile, setting, arm)
 
 
 def test_unknown_layer_names_are_refused():

@@ -104,18 +104,40 @@ def test_fedcor_warms_up_then_favours_clients_correlated_with_high_losses():
     # high losses
     base = np.array([1.0, 1.0, 3.0, 3.0])
     pair_a, pair_b = [0.0, 0.3, -0.2, 0.4, 0.1, -0.3], [0.0, -0.1, -0.1, 0.5, -0.4, 0.2]
+    state = sel.initial_state()
     for t in range(6):
         shift = np.array([pair_a[t], pair_a[t], pair_b[t], pair_b[t]])
         cands = Candidates(ids=ids, losses=base + shift)
-        sel.observe(cands)
-        choice = sel.select(cands, 1, rng)
+        before = state
+        state = sel.observe(state, cands)
+        assert before.rounds == t  # observe returns a new state, the old one is unchanged
+        choice = sel.select(cands, 1, rng, state)
         if t < 2:
             assert choice.report["fedcor-warmup"]
     assert not choice.report["fedcor-warmup"]
     assert int(choice.indices[0]) in (2, 3)
     # after choosing one of a correlated pair, the other adds little: the second pick crosses groups
-    both = sel.select(cands, 2, rng).indices.tolist()
+    both = sel.select(cands, 2, rng, state).indices.tolist()
     assert sorted(i // 2 for i in both) == [0, 1]
+    # what it learned survives a trip through a JSON-able dict (a checkpoint), huge node ids included
+    import json
+    big = sel.observe(state, Candidates(ids=[2**64 - 1, 0, 1, 2], losses=base))
+    again = sel.state_from_dict(json.loads(json.dumps(sel.state_to_dict(big))))
+    assert again == big
+    np.testing.assert_array_equal(sel.select(cands, 2, np.random.default_rng(1), again).indices,
+                                  sel.select(cands, 2, np.random.default_rng(1), big).indices)
+
+
+@pytest.mark.parametrize("selector, field", [
+    (lambda: FedCorSelector(warmup=-1), "warmup"), (lambda: SCKMClusterSelector(min_clusters=0), "min_clusters"),
+    (lambda: SCKMSelectSelector(layer_combine="sum"), "layer_combine"), (lambda: AFLSelector(alpha1=1.0), "alpha1"),
+    (lambda: PowerOfChoiceSelector(d=-2), "d")])
+def test_bad_selector_parameters_name_their_field(selector, field):
+    from bouquet.params import ParamError
+
+    with pytest.raises(ParamError) as error:
+        selector()
+    assert error.value.field == field
 
 
 def test_sckm_selectors_report_scores_and_clusters():

@@ -159,7 +159,7 @@ def test_central_evaluation_scores_a_seeded_subset_of_the_test_set():
     _, evaluate_sub = central_evaluation(sub_config)
     scores = {evaluate_sub(0, initial)["accuracy"] for _ in range(2)}
     assert len(scores) == 1  # the same subset every round
-    keep = np.sort(np.random.default_rng([sub_config.data_seed, 2]).choice(len(data.y_test), 50, replace=False))
+    keep = np.sort(np.random.default_rng([sub_config.vision_data.seed, 2]).choice(len(data.y_test), 50, replace=False))
     assert scores == {accuracy(model, data.x_test[keep], data.y_test[keep])[0]}
     with pytest.raises(ConfigError, match="central-eval-size"):
         AppConfig.from_run_config({"task": "vision", "central-eval-size": -1})

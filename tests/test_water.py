@@ -119,7 +119,6 @@ def test_cache_roundtrip_gives_the_same_pool(tmp_path):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"source": "csv"}, "data source must be one of"),
-    ({"source": "daiad"}, "needs a data path"),
     ({"scaler": "robust"}, "scaler must be one of"),
     ({"train_fraction": 1.0}, "train_fraction"),
     ({"min_windows": 1}, "min_windows"),
@@ -127,3 +126,10 @@ def test_cache_roundtrip_gives_the_same_pool(tmp_path):
 def test_config_rejects_bad_values(kwargs, message):
     with pytest.raises(ValueError, match=message):
         WaterDataConfig(**kwargs)
+
+
+def test_a_daiad_source_needs_its_file_when_the_pool_is_loaded_not_before():
+    # deployment: the run config names no file, each node its own (bouquet.tasks.water.node_windows)
+    config = WaterDataConfig(source="daiad")
+    with pytest.raises(ValueError, match="needs a data path"):
+        load_pool(config)

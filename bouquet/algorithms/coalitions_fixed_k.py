@@ -16,14 +16,39 @@ clustering itself is scikit-learn's ``KMeans`` (k-means++ initialisation,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
-from sklearn.cluster import KMeans
 
 from bouquet.algorithms.hk import coalition_weights, gram_embedding, gram_matrix
+from bouquet.params import require
 
-__all__ = ["FIXED_K_GEOMETRIES", "fixed_k_aggregate", "fixed_k_coalitions", "relabel_by_first_appearance"]
+__all__ = ["FIXED_K_GEOMETRIES", "FixedKParams", "fixed_k_aggregate", "fixed_k_coalitions",
+           "relabel_by_first_appearance"]
 
 FIXED_K_GEOMETRIES = ("euclidean", "cosine")
+
+
+@dataclass(frozen=True)
+class FixedKParams:
+    """The fixed-K baseline's hyper-parameters.
+
+    Parameters
+    ----------
+    k : int, default 2
+        Number of coalitions per round (fewer when fewer clients reply).
+    geometry : {"euclidean", "cosine"}, default "euclidean"
+        k-means on the models or on the unit-normalised models.
+    """
+
+    k: int = 2
+    geometry: str = "euclidean"
+
+    def __post_init__(self) -> None:
+        require(self.geometry in FIXED_K_GEOMETRIES, "geometry",
+                f"geometry must be one of {FIXED_K_GEOMETRIES}, got {self.geometry!r}")
+        require(isinstance(self.k, int | float) and int(self.k) == self.k and self.k >= 1, "k",
+                f"k must be a positive integer, got {self.k}")
 
 
 def relabel_by_first_appearance(labels: np.ndarray) -> np.ndarray:
@@ -56,10 +81,7 @@ def fixed_k_coalitions(weights: np.ndarray, k: int, geometry: str = "euclidean",
     numpy.ndarray of int, shape (S,)
         Coalition ids numbered by first appearance.
     """
-    if geometry not in FIXED_K_GEOMETRIES:
-        raise ValueError(f"geometry must be one of {FIXED_K_GEOMETRIES}, got {geometry!r}")
-    if int(k) != k or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k}")
+    FixedKParams(k, geometry)  # validates
     if gram is None:
         gram = gram_matrix(weights)
     gram = np.asarray(gram, dtype=np.float64)
@@ -74,6 +96,8 @@ def fixed_k_coalitions(weights: np.ndarray, k: int, geometry: str = "euclidean",
         return np.arange(n)
     if k == 1:
         return np.zeros(n, dtype=int)
+    from sklearn.cluster import KMeans  # here: importing scikit-learn costs ~1 s that config readers need not pay
+
     embedding = gram_embedding(gram)
     model = KMeans(n_clusters=int(k), n_init=n_init, random_state=seed).fit(embedding)
     return relabel_by_first_appearance(model.labels_)

@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bouquet.params import require
+
 __all__ = [
     "GEOMETRIES",
     "HKParams",
@@ -119,24 +121,20 @@ class HKParams:
     barycenter_weighting: str = "uniform"
 
     def __post_init__(self) -> None:
-        if self.geometry not in GEOMETRIES:
-            raise ValueError(f"geometry must be one of {GEOMETRIES}, got {self.geometry!r}")
-        if self.geometry == "euclidean" and not 0 < self.tau <= 2:
-            raise ValueError(f"Euclidean radius tau must be in (0, 2] (unit vectors), got {self.tau}")
-        if self.geometry == "cosine" and not -1 <= self.tau <= 1:
-            raise ValueError(f"cosine threshold tau must be in [-1, 1], got {self.tau}")
-        if self.geometry == "cosine-bounded" and not -1 <= self.eps_l <= self.eps_r <= 1:
-            raise ValueError(f"need -1 <= eps_l <= eps_r <= 1, got eps_l={self.eps_l}, eps_r={self.eps_r}")
-        if not self.delta > 0:
-            raise ValueError(f"delta must be > 0, got {self.delta}")
-        if self.s_max < 1:
-            raise ValueError(f"s_max must be >= 1, got {self.s_max}")
-        if not self.coalition_tol >= 0:
-            raise ValueError(f"coalition_tol must be >= 0, got {self.coalition_tol}")
-        if self.opinions not in ("auto", "normalized", "raw"):
-            raise ValueError(f"opinions must be 'auto', 'normalized' or 'raw', got {self.opinions!r}")
-        if self.barycenter_weighting not in ("uniform", "samples"):
-            raise ValueError(f"barycenter_weighting must be 'uniform' or 'samples', got {self.barycenter_weighting!r}")
+        require(self.geometry in GEOMETRIES, "geometry", f"geometry must be one of {GEOMETRIES}, got {self.geometry!r}")
+        require(self.geometry != "euclidean" or 0 < self.tau <= 2, "tau",
+                f"Euclidean radius tau must be in (0, 2] (unit vectors), got {self.tau}")
+        require(self.geometry != "cosine" or -1 <= self.tau <= 1, "tau",
+                f"cosine threshold tau must be in [-1, 1], got {self.tau}")
+        require(self.geometry != "cosine-bounded" or -1 <= self.eps_l <= self.eps_r <= 1, "eps_l",
+                f"need -1 <= eps_l <= eps_r <= 1, got eps_l={self.eps_l}, eps_r={self.eps_r}")
+        require(self.delta > 0, "delta", f"delta must be > 0, got {self.delta}")
+        require(self.s_max >= 1, "s_max", f"s_max must be >= 1, got {self.s_max}")
+        require(self.coalition_tol >= 0, "coalition_tol", f"coalition_tol must be >= 0, got {self.coalition_tol}")
+        require(self.opinions in ("auto", "normalized", "raw"), "opinions",
+                f"opinions must be 'auto', 'normalized' or 'raw', got {self.opinions!r}")
+        require(self.barycenter_weighting in ("uniform", "samples"), "barycenter_weighting",
+                f"barycenter_weighting must be 'uniform' or 'samples', got {self.barycenter_weighting!r}")
 
     @property
     def normalizes_opinions(self) -> bool:

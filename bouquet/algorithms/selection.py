@@ -4,8 +4,13 @@ A selector sees the round's candidates as a :class:`Candidates` (node ids,
 and whatever the query phase returned: gradient sketches, losses, example
 counts, plus the round each client last trained) and returns a
 :class:`Choice`: exactly ``budget`` distinct candidate positions and scalar
-facts to report.  Selectors that learn across rounds (FedCor) keep that state
-themselves and are fed with :meth:`Selector.observe`.  No Flower import: the
+facts to report.  Selectors are frozen (their fields are their parameters);
+one that learns across rounds (FedCor) keeps what it learned in an explicit
+state that the caller holds: :meth:`Selector.initial_state`,
+``state = selector.observe(state, candidates)`` and
+``selector.select(candidates, budget, rng, state)``, and that turns into a
+JSON-able dict and back (:meth:`Selector.state_to_dict`), so that a
+checkpoint can save it.  No Flower import: the
 strategy adapter (:mod:`bouquet.strategies.selection`) builds the candidates
 from replies.
 
@@ -44,20 +49,23 @@ Selectors (``name`` = run-config value):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from bouquet.algorithms.sckm import (
+    LAYER_COMBINE,
     layer_coordinate_weights,
     sckm_cluster,
     sckm_eta,
     sckm_select,
 )
+from bouquet.params import require
 
 __all__ = [
+    "DEFAULT_LAYER_COMBINE",
     "SELECTORS",
     "AFLSelector",
     "Candidates",
@@ -65,6 +73,7 @@ __all__ = [
     "CosineSelector",
     "DivFLSelector",
     "FedCorSelector",
+    "FedCorState",
     "KMeansSelector",
     "PowerOfChoiceSelector",
     "RandomSelector",
@@ -73,6 +82,10 @@ __all__ = [
     "Selector",
     "make_selector",
 ]
+
+
+#: How the SCKM selectors weight each layer's coordinates (one default for both).
+DEFAULT_LAYER_COMBINE = "normalized"
 
 
 @dataclass
@@ -134,16 +147,33 @@ class Choice:
 
 
 class Selector:
-    """Base class: ``needs`` names what the query phase must return."""
+    """Base class: ``needs`` names what the query phase must return.
+
+    A stateless selector ignores the ``state`` arguments; one that learns (FedCor) overrides
+    :meth:`initial_state`, :meth:`observe` and the two dict conversions.
+    """
 
     name: ClassVar[str] = ""
     needs: ClassVar[tuple[str, ...]] = ()
 
-    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator, state: Any = None) -> Choice:
         raise NotImplementedError
 
-    def observe(self, candidates: Candidates) -> None:
-        """Called with each round's query results before :meth:`select` (stateless selectors ignore it)."""
+    def initial_state(self) -> Any:
+        """What the selector knows before the first round (``None``: it learns nothing)."""
+        return None
+
+    def observe(self, state: Any, candidates: Candidates) -> Any:
+        """The state after seeing a round's query results (called before :meth:`select`); inputs unchanged."""
+        return state
+
+    def state_to_dict(self, state: Any) -> dict[str, Any]:
+        """``state`` as a JSON-able dict."""
+        return {}
+
+    def state_from_dict(self, data: dict[str, Any]) -> Any:
+        """The inverse of :meth:`state_to_dict`."""
+        return self.initial_state()
 
     def _checked(self, candidates: Candidates, budget: int) -> None:
         if not 1 <= budget <= len(candidates):
@@ -152,11 +182,11 @@ class Selector:
 
 
 # --------------------------------------------------------------------- simple
-@dataclass
+@dataclass(frozen=True)
 class RandomSelector(Selector):
     name: ClassVar[str] = "random"
 
-    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator, state: Any = None) -> Choice:
         self._checked(candidates, budget)
         return Choice(np.sort(rng.choice(len(candidates), size=budget, replace=False)))
 
@@ -167,20 +197,24 @@ def _weighted_sketches(candidates: Candidates, combine: str) -> np.ndarray:
     return g * layer_coordinate_weights(g, sizes, combine)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SCKMSelectSelector(Selector):
     """SCKM-Select (Algorithm 1) with layer combination ``layer_combine``."""
 
-    layer_combine: str = "normalized"
+    layer_combine: str = DEFAULT_LAYER_COMBINE
     name: ClassVar[str] = "sckm-select"
     needs: ClassVar[tuple[str, ...]] = ("sketches",)
+
+    def __post_init__(self) -> None:
+        require(self.layer_combine in LAYER_COMBINE, "layer_combine",
+                f"sckm-layer-combine must be one of {LAYER_COMBINE}, got {self.layer_combine!r}")
 
     def scores(self, candidates: Candidates) -> tuple[np.ndarray, np.ndarray]:
         """The layer-weighted sketches and each candidate's eta (eq. 9), what :meth:`select` ranks by."""
         g = _weighted_sketches(candidates, self.layer_combine)
         return g, (sckm_eta(g) if len(g) > 1 else np.zeros(1))
 
-    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator, state: Any = None) -> Choice:
         self._checked(candidates, budget)
         g, eta = self.scores(candidates)
         picked = sckm_select(g, budget, rng, last_round=candidates.last_round, eta=eta)
@@ -188,17 +222,23 @@ class SCKMSelectSelector(Selector):
                                "eta-mean": float(eta.mean())})
 
 
-@dataclass
+@dataclass(frozen=True)
 class SCKMClusterSelector(Selector):
     """SCKM-Cluster (Algorithm 2): elbow over C in [min_clusters, B], k-medoids, SCKM-Select per cluster."""
 
-    layer_combine: str = "normalized"
+    layer_combine: str = DEFAULT_LAYER_COMBINE
     min_clusters: int = 1
     sample_size: int = 1000
     name: ClassVar[str] = "sckm-cluster"
     needs: ClassVar[tuple[str, ...]] = ("sketches",)
 
-    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+    def __post_init__(self) -> None:
+        require(self.layer_combine in LAYER_COMBINE, "layer_combine",
+                f"sckm-layer-combine must be one of {LAYER_COMBINE}, got {self.layer_combine!r}")
+        require(self.min_clusters >= 1, "min_clusters", f"sckm-min-clusters must be >= 1, got {self.min_clusters}")
+        require(self.sample_size >= 1, "sample_size", f"sckm-sample-size must be >= 1, got {self.sample_size}")
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator, state: Any = None) -> Choice:
         self._checked(candidates, budget)
         g = _weighted_sketches(candidates, self.layer_combine)
         result = sckm_cluster(g, budget, rng, min_clusters=self.min_clusters, last_round=candidates.last_round,
@@ -208,7 +248,7 @@ class SCKMClusterSelector(Selector):
                                         "cluster-labels": result.labels.tolist()})
 
 
-@dataclass
+@dataclass(frozen=True)
 class PowerOfChoiceSelector(Selector):
     """Power-of-Choice: ``d`` by data size, then the highest-loss ``budget`` (``d`` < budget means d = budget)."""
 
@@ -216,7 +256,10 @@ class PowerOfChoiceSelector(Selector):
     name: ClassVar[str] = "power-of-choice"
     needs: ClassVar[tuple[str, ...]] = ("losses", "num_examples")
 
-    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+    def __post_init__(self) -> None:
+        require(self.d >= 0, "d", f"pow-d must be >= 0 (0: twice the budget), got {self.d}")
+
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator, state: Any = None) -> Choice:
         self._checked(candidates, budget)
         k = len(candidates)
         d = min(k, max(budget, self.d if self.d > 0 else 2 * budget))
@@ -236,7 +279,7 @@ def _full_support(p: np.ndarray | None, draws: int) -> np.ndarray | None:
     return q / q.sum()
 
 
-@dataclass
+@dataclass(frozen=True)
 class AFLSelector(Selector):
     """Active Federated Learning valuation sampling (Goetz et al. 2019)."""
 
@@ -247,11 +290,11 @@ class AFLSelector(Selector):
     needs: ClassVar[tuple[str, ...]] = ("losses", "num_examples")
 
     def __post_init__(self) -> None:
-        if not (0 <= self.alpha1 < 1 and self.alpha2 >= 0 and 0 <= self.alpha3 <= 1):
-            raise ValueError(f"AFL needs 0 <= alpha1 < 1, alpha2 >= 0, 0 <= alpha3 <= 1, got "
-                             f"{self.alpha1}, {self.alpha2}, {self.alpha3}")
+        require(0 <= self.alpha1 < 1, "alpha1", f"AFL needs 0 <= alpha1 < 1, got {self.alpha1}")
+        require(self.alpha2 >= 0, "alpha2", f"AFL needs alpha2 >= 0, got {self.alpha2}")
+        require(0 <= self.alpha3 <= 1, "alpha3", f"AFL needs 0 <= alpha3 <= 1, got {self.alpha3}")
 
-    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator, state: Any = None) -> Choice:
         self._checked(candidates, budget)
         k = len(candidates)
         value = np.sqrt(np.asarray(candidates.num_examples, dtype=np.float64)) * np.asarray(candidates.losses)
@@ -268,14 +311,14 @@ class AFLSelector(Selector):
         return Choice(np.sort(np.concatenate([valued, uniform])), {"afl-excluded": len(excluded)})
 
 
-@dataclass
+@dataclass(frozen=True)
 class KMeansSelector(Selector):
     """k-means (L2) with ``budget`` clusters on the sketches; the member nearest each centroid."""
 
     name: ClassVar[str] = "kmeans"
     needs: ClassVar[tuple[str, ...]] = ("sketches",)
 
-    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator, state: Any = None) -> Choice:
         from sklearn.cluster import KMeans
 
         self._checked(candidates, budget)
@@ -293,14 +336,14 @@ class KMeansSelector(Selector):
         return Choice(np.sort(np.array(picked, dtype=np.int64)))
 
 
-@dataclass
+@dataclass(frozen=True)
 class CosineSelector(Selector):
     """Greedy cosine-diversity selection (farthest-first in cosine similarity)."""
 
     name: ClassVar[str] = "cosine"
     needs: ClassVar[tuple[str, ...]] = ("sketches",)
 
-    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator, state: Any = None) -> Choice:
         self._checked(candidates, budget)
         g = np.asarray(candidates.sketches, dtype=np.float64)
         norms = np.linalg.norm(g, axis=1)
@@ -317,14 +360,14 @@ class CosineSelector(Selector):
         return Choice(np.sort(np.array(picked, dtype=np.int64)))
 
 
-@dataclass
+@dataclass(frozen=True)
 class DivFLSelector(Selector):
     """DivFL: greedy facility location on sketch distances."""
 
     name: ClassVar[str] = "divfl"
     needs: ClassVar[tuple[str, ...]] = ("sketches",)
 
-    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator, state: Any = None) -> Choice:
         self._checked(candidates, budget)
         g = np.asarray(candidates.sketches, dtype=np.float64)
         sq = np.square(g).sum(axis=1)
@@ -341,7 +384,19 @@ class DivFLSelector(Selector):
 
 
 # --------------------------------------------------------------------- FedCor
-@dataclass
+@dataclass(frozen=True)
+class FedCorState:
+    """What FedCor has learned: each client's last loss, the recent loss-change vectors, rounds seen.
+
+    Keys are node ids.  Immutable: :meth:`FedCorSelector.observe` returns a new state.
+    """
+
+    previous: Mapping[int, float] = field(default_factory=dict)
+    changes: tuple[Mapping[int, float], ...] = ()
+    rounds: int = 0
+
+
+@dataclass(frozen=True)
 class FedCorSelector(Selector):
     """FedCor-style Gaussian-process selection (Tang et al., CVPR 2022), our formulation.
 
@@ -359,6 +414,18 @@ class FedCorSelector(Selector):
     fits a kernel by marginal likelihood; we keep the empirical covariance
     (no optimisation, same correlation structure) and say so in
     docs/METHODS.md.  Needs the clients' losses each round (query phase).
+    What it learned is a :class:`FedCorState` held by the caller.
+
+    Parameters
+    ----------
+    warmup : int, default 2
+        Rounds of uniform selection before the GP is used.
+    shrinkage : float, default 0.1
+        Weight of the diagonal in the shrunk covariance, in [0, 1].
+    noise : float, default 1e-3
+        Added to the covariance diagonal.
+    history : int, default 20
+        Loss-change vectors kept.
     """
 
     warmup: int = 2
@@ -367,23 +434,40 @@ class FedCorSelector(Selector):
     history: int = 20
     name: ClassVar[str] = "fedcor"
     needs: ClassVar[tuple[str, ...]] = ("losses",)
-    _previous: dict[int, float] = field(default_factory=dict, repr=False)
-    _changes: list[dict[int, float]] = field(default_factory=list, repr=False)
-    _rounds: int = field(default=0, repr=False)
 
-    def observe(self, candidates: Candidates) -> None:
+    def __post_init__(self) -> None:
+        require(self.warmup >= 0, "warmup", f"fedcor-warmup must be >= 0, got {self.warmup}")
+        require(0 <= self.shrinkage <= 1, "shrinkage", f"shrinkage must be in [0, 1], got {self.shrinkage}")
+        require(self.noise >= 0, "noise", f"noise must be >= 0, got {self.noise}")
+        require(self.history >= 2, "history", f"history must be >= 2, got {self.history}")
+
+    def initial_state(self) -> FedCorState:
+        return FedCorState()
+
+    def observe(self, state: FedCorState | None, candidates: Candidates) -> FedCorState:
+        state = state if state is not None else self.initial_state()
         candidates.require("losses")
         losses = {int(i): float(v) for i, v in zip(candidates.ids, candidates.losses)}
-        if self._previous:
-            change = {i: v - self._previous[i] for i, v in losses.items() if i in self._previous}
+        changes = state.changes
+        if state.previous:
+            change = {i: v - state.previous[i] for i, v in losses.items() if i in state.previous}
             if change:
-                self._changes = (self._changes + [change])[-self.history:]
-        self._previous.update(losses)
-        self._rounds += 1
+                changes = (*changes, change)[-self.history:]
+        return FedCorState(previous={**state.previous, **losses}, changes=changes, rounds=state.rounds + 1)
 
-    def covariance(self, ids: Sequence[int]) -> np.ndarray | None:
+    def state_to_dict(self, state: FedCorState) -> dict[str, Any]:
+        text_keys = lambda mapping: {str(k): v for k, v in mapping.items()}  # node ids exceed JSON's int range
+        return {"previous": text_keys(state.previous), "changes": [text_keys(c) for c in state.changes],
+                "rounds": state.rounds}
+
+    def state_from_dict(self, data: dict[str, Any]) -> FedCorState:
+        int_keys = lambda mapping: {int(k): float(v) for k, v in mapping.items()}
+        return FedCorState(previous=int_keys(data["previous"]), changes=tuple(int_keys(c) for c in data["changes"]),
+                           rounds=int(data["rounds"]))
+
+    def covariance(self, state: FedCorState, ids: Sequence[int]) -> np.ndarray | None:
         """Shrunk empirical covariance of the loss changes of ``ids`` (None: not enough history)."""
-        rows = [[c.get(int(i), np.nan) for i in ids] for c in self._changes]
+        rows = [[c.get(int(i), np.nan) for i in ids] for c in state.changes]
         if len(rows) < 2:
             return None
         x = np.array(rows)
@@ -395,9 +479,11 @@ class FedCorSelector(Selector):
         cov = (1 - self.shrinkage) * cov + self.shrinkage * np.diag(np.diag(cov))
         return cov + self.noise * np.eye(len(ids))
 
-    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator) -> Choice:
+    def select(self, candidates: Candidates, budget: int, rng: np.random.Generator,
+               state: FedCorState | None = None) -> Choice:
         self._checked(candidates, budget)
-        cov = None if self._rounds <= self.warmup else self.covariance(candidates.ids)
+        state = state if state is not None else self.initial_state()
+        cov = None if state.rounds <= self.warmup else self.covariance(state, candidates.ids)
         if cov is None:
             return Choice(np.sort(rng.choice(len(candidates), size=budget, replace=False)), {"fedcor-warmup": True})
         losses = np.asarray(candidates.losses, dtype=np.float64)

@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bouquet.params import require
+
 __all__ = [
     "KNOWN_HEADERS",
     "CleaningRules",
@@ -74,12 +76,12 @@ class CleaningRules:
     min_hours_per_day: int = 22
 
     def __post_init__(self) -> None:
-        if not self.max_flow_litres_per_hour > 0:
-            raise ValueError(f"max_flow_litres_per_hour must be > 0, got {self.max_flow_litres_per_hour}")
-        if not self.max_spread_hours >= 1:
-            raise ValueError(f"max_spread_hours must be >= 1, got {self.max_spread_hours}")
-        if not 1 <= self.min_hours_per_day <= HOURS_PER_DAY:
-            raise ValueError(f"min_hours_per_day must be in [1, 24], got {self.min_hours_per_day}")
+        require(self.max_flow_litres_per_hour > 0, "max_flow_litres_per_hour",
+                f"max_flow_litres_per_hour must be > 0, got {self.max_flow_litres_per_hour}")
+        require(self.max_spread_hours >= 1, "max_spread_hours",
+                f"max_spread_hours must be >= 1, got {self.max_spread_hours}")
+        require(1 <= self.min_hours_per_day <= HOURS_PER_DAY, "min_hours_per_day",
+                f"min_hours_per_day must be in [1, 24], got {self.min_hours_per_day}")
 
 
 def _open_text(path: Path):

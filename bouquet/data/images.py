@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bouquet.params import require
+
 __all__ = ["ImageData", "VisionDataConfig", "dirichlet_partition", "load_images", "partition", "shard_partition"]
 
 log = logging.getLogger(__name__)
@@ -60,16 +62,14 @@ class VisionDataConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.dataset not in DATASETS:
-            raise ValueError(f"vision-dataset must be one of {DATASETS}, got {self.dataset!r}")
-        if self.dataset == "imagefolder" and not self.path:
-            raise ValueError("vision-dataset = 'imagefolder' needs vision-data-path (a folder or .tar.gz)")
-        if self.partitioner not in PARTITIONERS:
-            raise ValueError(f"vision-partitioner must be one of {PARTITIONERS}, got {self.partitioner!r}")
-        if self.shards_per_client < 1:
-            raise ValueError(f"shards-per-client must be >= 1, got {self.shards_per_client}")
-        if self.dirichlet_alpha <= 0:
-            raise ValueError(f"dirichlet-alpha must be > 0, got {self.dirichlet_alpha}")
+        require(self.dataset in DATASETS, "dataset", f"vision-dataset must be one of {DATASETS}, got {self.dataset!r}")
+        require(self.dataset != "imagefolder" or bool(self.path), "path",
+                "vision-dataset = 'imagefolder' needs vision-data-path (a folder or .tar.gz)")
+        require(self.partitioner in PARTITIONERS, "partitioner",
+                f"vision-partitioner must be one of {PARTITIONERS}, got {self.partitioner!r}")
+        require(self.shards_per_client >= 1, "shards_per_client",
+                f"shards-per-client must be >= 1, got {self.shards_per_client}")
+        require(self.dirichlet_alpha > 0, "dirichlet_alpha", f"dirichlet-alpha must be > 0, got {self.dirichlet_alpha}")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bouquet.params import require
+
 __all__ = ["ARCHETYPES", "SyntheticConfig", "SyntheticHousehold", "generate_household", "generate_population"]
 
 HOURS_PER_DAY = 24
@@ -87,13 +89,11 @@ class SyntheticConfig:
     level_sigma: float = 0.42
 
     def __post_init__(self) -> None:
-        if self.n_households < 1:
-            raise ValueError(f"n_households must be >= 1, got {self.n_households}")
-        if self.study_days < 30:
-            raise ValueError(f"study_days must be >= 30, got {self.study_days}")
+        require(self.n_households >= 1, "n_households", f"n_households must be >= 1, got {self.n_households}")
+        require(self.study_days >= 30, "study_days", f"study_days must be >= 30, got {self.study_days}")
         shares = (self.vacant_share, self.non_residential_share, self.late_start_share, self.leak_share)
-        if any(not 0 <= s <= 1 for s in shares) or self.vacant_share + self.non_residential_share > 1:
-            raise ValueError("shares must lie in [0, 1] and vacant + non-residential must not exceed 1")
+        require(all(0 <= s <= 1 for s in shares) and self.vacant_share + self.non_residential_share <= 1,
+                "vacant_share", "shares must lie in [0, 1] and vacant + non-residential must not exceed 1")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import pandas as pd
 
 from bouquet.data.daiad import CleaningRules, clean_to_daily, read_daiad
 from bouquet.data.synthetic import SyntheticConfig, generate_population
+from bouquet.params import require
 
 __all__ = [
     "ClientWindows",
@@ -109,22 +110,21 @@ class WaterDataConfig:
     scaler: str = "minmax"
 
     def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise ValueError(f"data source must be one of {SOURCES}, got {self.source!r}")
+        require(self.source in SOURCES, "source", f"data source must be one of {SOURCES}, got {self.source!r}")
+        require(self.scaler in SCALERS, "scaler", f"scaler must be one of {SCALERS}, got {self.scaler!r}")
+        require(self.lookback >= 1, "lookback", f"lookback must be >= 1, got {self.lookback}")
+        require(0 < self.train_fraction < 1, "train_fraction",
+                f"train_fraction must be in (0, 1), got {self.train_fraction}")
+        require(self.active_factor >= 0, "active_factor", f"active_factor must be >= 0, got {self.active_factor}")
+        require(self.min_history_days >= 0, "min_history_days",
+                f"min_history_days must be >= 0, got {self.min_history_days}")
+        require(self.min_windows >= 2, "min_windows",
+                f"min_windows must be >= 2 (one train and one test window), got {self.min_windows}")
+
+    def require_path(self) -> None:
+        """Raise ValueError when the source needs a file and none is named (deployment names one per node)."""
         if self.source == "daiad" and not self.path:
             raise ValueError("data source 'daiad' needs a data path (run config 'data-path' or node config)")
-        if self.scaler not in SCALERS:
-            raise ValueError(f"scaler must be one of {SCALERS}, got {self.scaler!r}")
-        if self.lookback < 1:
-            raise ValueError(f"lookback must be >= 1, got {self.lookback}")
-        if not 0 < self.train_fraction < 1:
-            raise ValueError(f"train_fraction must be in (0, 1), got {self.train_fraction}")
-        if self.active_factor < 0:
-            raise ValueError(f"active_factor must be >= 0, got {self.active_factor}")
-        if self.min_history_days < 0:
-            raise ValueError(f"min_history_days must be >= 0, got {self.min_history_days}")
-        if self.min_windows < 2:
-            raise ValueError(f"min_windows must be >= 2 (one train and one test window), got {self.min_windows}")
 
     def cache_key(self) -> str:
         """Stable hash of every field, of the pipeline's source code, and of the data file's size and mtime.
@@ -343,6 +343,7 @@ def load_pool(config: WaterDataConfig, cache_dir: Path | None = None) -> WaterPo
     keyed by :meth:`WaterDataConfig.cache_key`; it is written atomically so
     that concurrent simulation workers can share it.
     """
+    config.require_path()
     key = config.cache_key()
     if key in _MEMORY:
         return _MEMORY[key]

@@ -1,19 +1,56 @@
-"""Flower strategies (Message API) for heterogeneous clients, ready to import.
+"""Flower strategies (Message API) for heterogeneous clients: one composed strategy and its parts.
 
-``SeededFedAvg``: Flower's FedAvg with seeded fixed-size sampling, screening of
-non-finite or mis-shaped replies, and one aggregation hook.
-``HKFedAvg``: Hegselmann-Krause coalition aggregation (drop-in for FedAvg).
-``FixedKFedAvg``: K coalitions by k-means on the models (the HK paper's fixed-K baseline).
-``selection_strategy(selector, host)`` / ``selecting(host)``: any client
-selector (SCKM-Select, SCKM-Cluster, Power-of-Choice, AFL, FedCor, ...; see
-:mod:`bouquet.algorithms.selection`) in front of any of the above.
+:class:`BouquetStrategy` is made of a sampler (who trains), an aggregator (what the replies become), a
+model store (what each node receives), train-config parts and observers; any sampler with any
+aggregator::
+
+    from bouquet.strategies import BouquetStrategy, Coalitions, HKRule, SketchSelection
+    from bouquet.strategies import SamplingParams, SelectionParams
+    from bouquet.algorithms.hk import HKParams
+    from bouquet.algorithms.selection import SCKMClusterSelector
+
+    strategy = BouquetStrategy(
+        sampler=SketchSelection(SCKMClusterSelector(), SamplingParams(clients_per_round=10)),
+        aggregator=Coalitions(HKRule(HKParams(geometry="cosine", tau=0.75))))
+
+Drop-in names for a one-line swap with Flower's ``FedAvg``: :class:`HKFedAvg`, :class:`FixedKFedAvg`,
+:class:`SeededFedAvg`, :class:`SeededFedProx` and :func:`selection_strategy`.  Names are imported on
+first use, so that ``bouquet.strategies.params`` (read by the app's config) loads no Flower code.
 """
 
-from bouquet.strategies.base import SeededFedAvg, screen_replies
-from bouquet.strategies.coalitions import CoalitionFedAvg
-from bouquet.strategies.fixed_k import FixedKFedAvg
-from bouquet.strategies.hk import HKFedAvg
-from bouquet.strategies.selection import ClientSelection, selecting, selection_strategy
+from __future__ import annotations
 
-__all__ = ["ClientSelection", "CoalitionFedAvg", "FixedKFedAvg", "HKFedAvg", "SeededFedAvg", "screen_replies",
-           "selecting", "selection_strategy"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "BouquetStrategy": "strategy",
+    "SeededFedAvg": "wrappers", "SeededFedProx": "wrappers", "HKFedAvg": "wrappers", "FixedKFedAvg": "wrappers",
+    "selection_strategy": "wrappers",
+    "UniformSampler": "sampling", "NodeOrder": "sampling",
+    "SketchSelection": "selection",
+    "WeightedMean": "aggregation", "Coalitions": "aggregation", "HKRule": "aggregation", "FixedKRule": "aggregation",
+    "SharedModel": "models",
+    "ProximalTerm": "entries",
+    "ConsoleLines": "observers", "RecorderObserver": "observers", "TrajectoryWriter": "observers",
+    "ServerState": "state",
+    "screen_replies": "replies",
+    "SamplingParams": "params", "SelectionParams": "params", "CoalitionParams": "params", "ProximalParams": "params",
+}
+
+__all__ = ["BouquetStrategy", "CoalitionParams", "Coalitions", "ConsoleLines", "FixedKFedAvg", "FixedKRule", "HKFedAvg",
+           "HKRule", "NodeOrder", "ProximalParams", "ProximalTerm", "RecorderObserver", "SamplingParams",
+           "SeededFedAvg", "SeededFedProx", "SelectionParams", "ServerState", "SharedModel", "SketchSelection",
+           "TrajectoryWriter", "UniformSampler", "WeightedMean", "screen_replies", "selection_strategy"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'bouquet.strategies' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"bouquet.strategies.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

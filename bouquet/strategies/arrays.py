@@ -1,22 +1,40 @@
-"""ArrayRecord <-> flat numpy vectors: the one conversion every matrix-based aggregator uses."""
+"""Models as named numpy arrays <-> flat vectors: the one conversion every matrix-based aggregator uses.
+
+A model here is a mapping ``name -> numpy array`` (a decoded Flower ``ArrayRecord``, in record order);
+:func:`to_numpy` decodes a record once, :func:`to_record` encodes one.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-__all__ = ["FlatLayout", "stack_records"]
+__all__ = ["FlatLayout", "Model", "stack_models", "stack_records", "to_numpy", "to_record"]
+
+#: A model: array name -> value, in the order of the record it came from.
+Model = Mapping[str, np.ndarray]
+
+
+def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """The arrays of ``record`` decoded, in record order."""
+    return {name: array.numpy() for name, array in record.items()}
+
+
+def to_record(model: Model) -> ArrayRecord:
+    """``model`` as a Flower ArrayRecord, same names and order."""
+    return ArrayRecord({name: Array(np.asarray(value)) for name, value in model.items()})
 
 
 @dataclass(frozen=True)
 class FlatLayout:
-    """Names, shapes and dtypes of the floating arrays of a model, in record order.
+    """Names, shapes and dtypes of the floating arrays of a model, in model order.
 
     Non-floating arrays (counters such as BatchNorm's ``num_batches_tracked``)
     are not part of the flat vector; :meth:`unflatten` copies them from a
-    template record.
+    template model.
     """
 
     names: tuple[str, ...]
@@ -24,10 +42,10 @@ class FlatLayout:
     dtypes: tuple[np.dtype, ...]
 
     @classmethod
-    def of(cls, record: ArrayRecord) -> FlatLayout:
+    def of(cls, model: Model | ArrayRecord) -> FlatLayout:
+        model = to_numpy(model) if isinstance(model, ArrayRecord) else model
         names, shapes, dtypes = [], [], []
-        for name, array in record.items():
-            value = array.numpy()
+        for name, value in model.items():
             if np.issubdtype(value.dtype, np.floating):
                 names.append(name)
                 shapes.append(tuple(value.shape))
@@ -38,12 +56,12 @@ class FlatLayout:
     def size(self) -> int:
         return int(sum(int(np.prod(s)) for s in self.shapes))
 
-    def flatten(self, record: ArrayRecord, dtype: np.dtype = np.float32) -> np.ndarray:
-        """The floating arrays of ``record`` concatenated into one vector."""
-        return np.concatenate([record[name].numpy().ravel().astype(dtype, copy=False) for name in self.names])
+    def flatten(self, model: Model, dtype: np.dtype = np.float32) -> np.ndarray:
+        """The floating arrays of ``model`` concatenated into one vector."""
+        return np.concatenate([np.asarray(model[name]).ravel().astype(dtype, copy=False) for name in self.names])
 
-    def unflatten(self, vector: np.ndarray, template: ArrayRecord) -> ArrayRecord:
-        """An ArrayRecord with ``template``'s names and order, floating arrays taken from ``vector``."""
+    def unflatten(self, vector: np.ndarray, template: Model) -> dict[str, np.ndarray]:
+        """A model with ``template``'s names and order, floating arrays taken from ``vector``."""
         if vector.shape != (self.size,):
             raise ValueError(f"vector has shape {vector.shape}, layout needs ({self.size},)")
         pieces, offset = {}, 0
@@ -51,14 +69,18 @@ class FlatLayout:
             count = int(np.prod(shape))
             pieces[name] = vector[offset : offset + count].reshape(shape).astype(dtype)
             offset += count
-        return ArrayRecord({name: Array(pieces[name]) if name in pieces else array
-                            for name, array in template.items()})
+        return {name: pieces.get(name, value) for name, value in template.items()}
 
 
-def stack_records(records: list[ArrayRecord], dtype: np.dtype = np.float32) -> tuple[np.ndarray, FlatLayout]:
-    """Rows = the flattened floating arrays of each record (all must share the first one's layout)."""
-    layout = FlatLayout.of(records[0])
-    matrix = np.empty((len(records), layout.size), dtype=dtype)
-    for row, record in enumerate(records):
-        matrix[row] = layout.flatten(record, dtype)
+def stack_models(models: Sequence[Model], dtype: np.dtype = np.float32) -> tuple[np.ndarray, FlatLayout]:
+    """Rows = the flattened floating arrays of each model (all must share the first one's layout)."""
+    layout = FlatLayout.of(models[0])
+    matrix = np.empty((len(models), layout.size), dtype=dtype)
+    for row, model in enumerate(models):
+        matrix[row] = layout.flatten(model, dtype)
     return matrix, layout
+
+
+def stack_records(records: Sequence[ArrayRecord], dtype: np.dtype = np.float32) -> tuple[np.ndarray, FlatLayout]:
+    """:func:`stack_models` of Flower records (each decoded once)."""
+    return stack_models([to_numpy(record) for record in records], dtype)

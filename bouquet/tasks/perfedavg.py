@@ -17,44 +17,17 @@ with one step ``w - alpha * grad f(w; D_train)`` before testing
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from bouquet.tasks.params import PerFedAvgSettings
+
 __all__ = ["PerFedAvgSettings", "perfedavg_step", "personalize", "train_perfedavg"]
 
 Loss = Callable[[nn.Module, tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
 Batch = tuple[torch.Tensor, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class PerFedAvgSettings:
-    """Per-FedAvg hyper-parameters.
-
-    Parameters
-    ----------
-    variant : {"fo", "hf"}, default "fo"
-        First-order or Hessian-free.
-    alpha : float, default 0.01
-        Inner (personalisation) step size.
-    beta : float, default 0.001
-        Outer (meta) step size.
-    delta : float, default 0.001
-        Finite-difference step of the HF Hessian-vector product.
-    """
-
-    variant: str = "fo"
-    alpha: float = 0.01
-    beta: float = 0.001
-    delta: float = 0.001
-
-    def __post_init__(self) -> None:
-        if self.variant not in ("fo", "hf"):
-            raise ValueError(f"Per-FedAvg variant must be 'fo' or 'hf', got {self.variant!r}")
-        if not (self.alpha > 0 and self.beta > 0 and self.delta > 0):
-            raise ValueError(f"alpha, beta and delta must be > 0, got {self}")
 
 
 def _grads(model: nn.Module, loss_fn: Loss, batch: Batch) -> list[torch.Tensor]:

@@ -23,6 +23,7 @@ gradient coordinates at the received model.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,11 +32,15 @@ import torch
 from torch import nn
 
 from bouquet.algorithms.sckm import sketch_indices
+from bouquet.data.images import ImageData, VisionDataConfig, load_images, partition
+from bouquet.tasks.base import batch_indices, proximal_penalty
+from bouquet.tasks.params import MODELS, VisionModelParams, VisionTrainSettings
 
 __all__ = [
     "MODELS",
     "VGG16",
     "SmallCNN",
+    "VisionTask",
     "VisionTrainSettings",
     "accuracy",
     "batch_at",
@@ -46,7 +51,6 @@ __all__ = [
     "train_batches",
 ]
 
-MODELS = ("cnn", "vgg16")
 VGG16_LAYOUT = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
 
 
@@ -102,30 +106,9 @@ def make_model(name: str, shape: tuple[int, int, int], num_classes: int) -> nn.M
     raise ValueError(f"vision-model must be one of {MODELS}, got {name!r}")
 
 
-@dataclass(frozen=True)
-class VisionTrainSettings:
-    """Local training: ``local_batches`` SGD steps of ``batch_size`` at ``learning_rate``."""
-
-    local_batches: int = 10
-    batch_size: int = 32
-    learning_rate: float = 0.1
-    momentum: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.local_batches < 1 or self.batch_size < 1:
-            raise ValueError(f"local-batches and batch-size must be >= 1, got {self.local_batches}, {self.batch_size}")
-        if self.learning_rate <= 0 or not 0 <= self.momentum < 1:
-            raise ValueError(f"need learning-rate > 0 and 0 <= momentum < 1, got {self.learning_rate}, {self.momentum}")
-
-
 def to_tensor(images: np.ndarray) -> torch.Tensor:
     """uint8 images (N, C, H, W) -> float32 in [0, 1]."""
     return torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32) / 255.0)
-
-
-def batch_indices(n: int, batch_size: int, rng: np.random.Generator) -> np.ndarray:
-    """Sorted indices of one mini-batch drawn without replacement from ``n`` samples (all when fewer)."""
-    return np.sort(rng.choice(n, size=min(batch_size, n), replace=False))
 
 
 def batch_at(x: np.ndarray, y: np.ndarray, batch_size: int,
@@ -198,3 +181,70 @@ def gradient_sketch(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], 
     picks = sketch_indices([p.numel() for p in params], fraction, seed)
     pieces = [g.detach().reshape(-1).numpy()[idx] for g, idx in zip(grads, picks)]
     return np.concatenate(pieces).astype(np.float32), float(loss.detach()), [len(i) for i in picks]
+
+
+@functools.lru_cache(maxsize=2)
+def _partitioned(data: VisionDataConfig, num_partitions: int) -> tuple[ImageData, list[np.ndarray]]:
+    """The decoded images and their client partition, once per worker process and run.
+
+    A simulation worker serves many partitions in turn; re-reading the decoded image cache for each
+    (0.1-0.5 s for CIFAR-10) cost more than the sketch or training step it was read for.
+    """
+    images = load_images(data)
+    return images, partition(images.y_train, num_partitions, data)
+
+
+@functools.lru_cache(maxsize=8)
+def node_shard(data: VisionDataConfig, partition_id: int,
+               num_partitions: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int], int]:
+    """Training images and labels of client ``partition_id`` of ``num_partitions``, the image shape, classes."""
+    images, parts = _partitioned(data, num_partitions)
+    if not 0 <= partition_id < num_partitions:
+        raise ValueError(f"partition-id {partition_id} is outside 0..{num_partitions - 1}")
+    rows = parts[partition_id]
+    return images.x_train[rows], images.y_train[rows], images.shape, len(images.classes)
+
+
+@dataclass(frozen=True)
+class VisionTask:
+    """One image-shard client of the SCKM paper's task: local SGD on its non-IID shard.
+
+    Build it with :meth:`for_node`.  The global model is scored centrally by the server;
+    :meth:`evaluate` scores it on the node's own shard (for apps that evaluate on the nodes).
+    """
+
+    partition_id: int
+    x: np.ndarray
+    y: np.ndarray
+    shape: tuple[int, int, int]
+    num_classes: int
+    model: VisionModelParams
+    training: VisionTrainSettings
+    household: str = ""
+
+    @classmethod
+    def for_node(cls, data: VisionDataConfig, model: VisionModelParams, training: VisionTrainSettings,
+                 partition_id: int, num_partitions: int) -> VisionTask:
+        x, y, shape, classes = node_shard(data, partition_id, num_partitions)
+        return cls(partition_id, x, y, shape, classes, model, training)
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.y)
+
+    def new_model(self) -> nn.Module:
+        return make_model(self.model.name, self.shape, self.num_classes)
+
+    def training_batch(self, batch_size: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch_at(self.x, self.y, batch_size, rng)
+
+    def train(self, model: nn.Module, rng: np.random.Generator, proximal_mu: float) -> float:
+        penalty = proximal_penalty(model, proximal_mu) if proximal_mu > 0 else None
+        return train_batches(model, self.x, self.y, self.training, rng, penalty=penalty)
+
+    def evaluate(self, model: nn.Module, rng: np.random.Generator) -> dict[str, float]:
+        acc, loss = accuracy(model, self.x, self.y)
+        return {"accuracy": acc, "loss": loss, "num-examples": len(self.y)}
+
+    def forecasts(self, model: nn.Module) -> dict[str, np.ndarray] | None:
+        return None

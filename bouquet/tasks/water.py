@@ -8,25 +8,29 @@ layer of 32 units, 4,513 parameters).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from bouquet.data.water import ClientWindows
+from bouquet.data.water import ClientWindows, WaterDataConfig, load_pool
+from bouquet.tasks.base import Penalty, batch_indices, proximal_penalty
+from bouquet.tasks.params import LSTMParams, PerFedAvgSettings, TrainSettings
+from bouquet.tasks.perfedavg import personalize, train_perfedavg
 
-__all__ = ["LSTMForecaster", "TrainSettings", "evaluate_windows", "predict", "proximal_penalty", "train_windows"]
+__all__ = ["LSTMForecaster", "TrainSettings", "WaterTask", "evaluate_windows", "node_windows", "predict",
+           "proximal_penalty", "train_windows"]
 
 
 class LSTMForecaster(nn.Module):
     """LSTM over a (batch, lookback, 1) window -> next-day value (batch,)."""
 
-    def __init__(self, hidden_size: int = 32, num_layers: int = 1) -> None:
+    def __init__(self, hidden_size: int = LSTMParams.hidden_size, num_layers: int = LSTMParams.num_layers) -> None:
         super().__init__()
-        if hidden_size < 1 or num_layers < 1:
-            raise ValueError(f"hidden_size and num_layers must be >= 1, got {hidden_size}, {num_layers}")
+        LSTMParams(hidden_size, num_layers)  # validates
         self.lstm = nn.LSTM(input_size=1, hidden_size=hidden_size, num_layers=num_layers, batch_first=True)
         self.head = nn.Linear(hidden_size, 1)
 
@@ -34,22 +38,6 @@ class LSTMForecaster(nn.Module):
         out, _ = self.lstm(x)
         return self.head(out[:, -1, :]).squeeze(-1)
 
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """Local training hyper-parameters (paper Table 3 defaults)."""
-
-    epochs: int = 5
-    learning_rate: float = 1e-3
-    batch_size: int = 32
-
-    def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or not self.learning_rate > 0:
-            raise ValueError(f"invalid training settings {self}")
-
-
-#: Extra loss term ``penalty(model)`` added to the batch loss (e.g. FedProx's proximal term).
-Penalty = Callable[[nn.Module], torch.Tensor]
 
 
 def train_windows(model: nn.Module, windows: ClientWindows, settings: TrainSettings,
@@ -90,22 +78,6 @@ def train_windows(model: nn.Module, windows: ClientWindows, settings: TrainSetti
     return last
 
 
-def proximal_penalty(model: nn.Module, mu: float) -> Penalty:
-    """FedProx's term ``(mu / 2) * ||w - w_global||^2`` with ``w_global`` = the model's weights now.
-
-    Call it right after loading the global model, before local training; its
-    gradient is ``mu * (w - w_global)``.
-    """
-    if mu < 0:
-        raise ValueError(f"proximal mu must be >= 0, got {mu}")
-    anchors = [p.detach().clone() for p in model.parameters()]
-
-    def penalty(current: nn.Module) -> torch.Tensor:
-        return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(current.parameters(), anchors))
-
-    return penalty
-
-
 @torch.no_grad()
 def predict(model: nn.Module, x: np.ndarray) -> np.ndarray:
     """Scaled one-step-ahead predictions for windows ``x`` (n, lookback, 1)."""
@@ -135,3 +107,74 @@ def evaluate_windows(model: nn.Module, windows: ClientWindows) -> dict[str, floa
         "mae-litres": float(np.mean(np.abs(err))),
         "wape": float(np.abs(err).sum() / total) if total > 0 else float("nan"),
     }
+
+
+@functools.lru_cache(maxsize=8)
+def node_windows(data: WaterDataConfig, partition_id: int, data_path: str | None) -> tuple[str, ClientWindows]:
+    """Household id and windows of a node: ``partition_id`` of the pool, or the node's own file.
+
+    ``data_path`` (deployment: the node's own file) overrides the run config's path; the active filter
+    compares households with each other, which a node holding one household cannot do (the operator
+    chose the household), so it is off there, and a file holding a single household is that node's
+    household whatever its partition id.
+    """
+    if data_path is not None:
+        data = dataclasses.replace(data, path=data_path, active_factor=0.0)
+    pool = load_pool(data)
+    index = 0 if data_path is not None and len(pool) == 1 else partition_id
+    windows = pool.client(index, data)  # a clear error when index is outside the pool
+    return pool.households[index].household_id, windows
+
+
+@dataclass(frozen=True)
+class WaterTask:
+    """One household of the HK paper's task: its LSTM forecaster, trained and evaluated on its windows.
+
+    Build it with :meth:`for_node`.  With ``perfedavg`` set, local training is Per-FedAvg's and
+    evaluation first personalises the received model with one step (Fallah et al. 2020).
+    """
+
+    partition_id: int
+    household: str
+    windows: ClientWindows
+    model: LSTMParams
+    training: TrainSettings
+    perfedavg: PerFedAvgSettings | None = None
+
+    @classmethod
+    def for_node(cls, data: WaterDataConfig, model: LSTMParams, training: TrainSettings,
+                 perfedavg: PerFedAvgSettings | None, partition_id: int, data_path: str | None) -> WaterTask:
+        household, windows = node_windows(data, partition_id, data_path)
+        return cls(partition_id, household, windows, model, training, perfedavg)
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.windows.y_train)
+
+    def new_model(self) -> nn.Module:
+        return LSTMForecaster(self.model.hidden_size, self.model.num_layers)
+
+    def training_batch(self, batch_size: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        pick = batch_indices(len(self.windows.y_train), batch_size, rng)
+        return torch.from_numpy(self.windows.x_train[pick]), torch.from_numpy(self.windows.y_train[pick])
+
+    def train(self, model: nn.Module, rng: np.random.Generator, proximal_mu: float) -> float:
+        w = self.windows
+        if self.perfedavg is not None:
+            return train_perfedavg(model, w.x_train, w.y_train, self.training.epochs, self.training.batch_size,
+                                   self.perfedavg, rng)
+        penalty = proximal_penalty(model, proximal_mu) if proximal_mu > 0 else None
+        return train_windows(model, w, self.training, rng, penalty=penalty)
+
+    def evaluate(self, model: nn.Module, rng: np.random.Generator) -> dict[str, float]:
+        """Held-out errors (:func:`evaluate_windows`); Per-FedAvg personalises first with ``rng``'s batch."""
+        w = self.windows
+        if self.perfedavg is not None:
+            personalize(model, w.x_train, w.y_train, self.perfedavg.alpha, self.training.batch_size, rng)
+        return {**evaluate_windows(model, w), "num-examples": len(w.y_test)}
+
+    def forecasts(self, model: nn.Module) -> dict[str, np.ndarray]:
+        """Every test day's actual and predicted litres (days as int64 day numbers)."""
+        w = self.windows
+        return {"day": w.test_days.astype("datetime64[D]").astype(np.int64),
+                "actual-litres": w.to_litres(w.y_test), "predicted-litres": w.to_litres(predict(model, w.x_test))}

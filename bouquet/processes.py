@@ -1,0 +1,116 @@
+"""Starting, waiting for and stopping the Flower processes bouquet runs (SuperLink, SuperNodes, ``flwr``).
+
+One module for :mod:`bouquet.launch` (a private SuperLink for simulation) and :mod:`bouquet.deploy`
+(SuperLink and SuperNodes with TLS): every process runs on 127.0.0.1 in its own session, writes to its
+own log, and is stopped by PID (its whole process group), gently first.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["flower_bin", "flwr", "free_port", "offline_env", "port_open", "start", "stop", "terminate_as_exit",
+           "wait_until"]
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:``port``."""
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def offline_env(flwr_home: Path | None = None) -> dict[str, str]:
+    """Environment for Flower commands: no telemetry, no per-run dependency install."""
+    env = dict(os.environ)
+    env.update(FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
+    # Flower starts helper processes (flower-superexec, ...) by name: put this interpreter's bin first
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    if flwr_home is not None:
+        env["FLWR_HOME"] = str(flwr_home)
+    return env
+
+
+def flower_bin(name: str) -> str:
+    """The path of a Flower command (``flwr``, ``flower-superlink``, ...) of this Python environment."""
+    candidate = Path(sys.executable).with_name(name)
+    found = str(candidate) if candidate.exists() else shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} not found next to {sys.executable} or on PATH; pip install 'flwr[simulation]'")
+    return found
+
+
+def start(command: list[str], log: Path, env: dict[str, str], append: bool = False) -> subprocess.Popen:
+    """Start ``command`` in its own session with stdout and stderr in ``log``."""
+    with open(log, "a" if append else "w") as handle:  # the child keeps its own copy
+        return subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(process: subprocess.Popen, grace: float = 20) -> None:
+    """Stop ``process`` and its process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        pass
+
+
+def wait_until(ready: Callable[[], bool], process: subprocess.Popen, log: Path, timeout: float, what: str,
+               interval: float = 0.3) -> None:
+    """Poll ``ready()`` until it holds; a clear error if ``process`` exits first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}:\n{log.read_text()[-2000:]}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not ready within {timeout:g} s (log: {log})")
+        time.sleep(interval)
+
+
+def flwr(args: list[str], flwr_home: Path, timeout: float | None = 600,
+         capture: bool = True) -> subprocess.CompletedProcess:
+    """``flwr <args>`` with ``FLWR_HOME`` = ``flwr_home`` (output captured, or streamed to this terminal)."""
+    return subprocess.run([flower_bin("flwr"), *args], env=offline_env(flwr_home), capture_output=capture, text=True,
+                          check=False, timeout=timeout)
+
+
+@contextmanager
+def terminate_as_exit() -> Iterator[None]:
+    """In the main thread, turn SIGTERM into ``SystemExit`` so that ``finally`` blocks stop what we started.
+
+    Python's default SIGTERM action ends the process at once: a SuperLink started in its own session
+    (and the simulation under it) would be left running when a runner is killed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,212 @@
+"""What a round's replies become: the aggregator parts (numpy in, numpy out; no Flower records).
+
+An aggregator takes the round's :class:`bouquet.strategies.rounds.ClientUpdates` and returns an
+:class:`bouquet.strategies.rounds.Aggregate`:
+
+:class:`WeightedMean`
+    FedAvg's sample-weighted mean, with exactly the arithmetic of Flower's ``aggregate_arrayrecords``
+    (factors ``n_i / sum n`` as Python floats, accumulated array by array in reply order), so that a
+    bouquet FedAvg gives Flower's FedAvg's model bit for bit on the same replies.
+:class:`Coalitions`
+    The HK paper's eq. 15-16: a :class:`CoalitionRule` partitions the round's models (or their updates)
+    into coalitions and the next model is the uniform mean of the coalition barycenters.  Rules:
+    :class:`HKRule` (Hegselmann-Krause bounded-confidence dynamics, :mod:`bouquet.algorithms.hk`) and
+    :class:`FixedKRule` (k-means into K coalitions, the paper's "FL + Coalition" baseline).
+
+Any object with ``label``, ``aggregate(updates)`` and ``describe()`` is an aggregator (a robust rule is
+one more part).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from bouquet.algorithms.coalitions_fixed_k import FixedKParams, fixed_k_coalitions
+from bouquet.algorithms.hk import HKParams, coalition_weights, hk_coalitions
+from bouquet.strategies.params import CoalitionParams
+from bouquet.strategies.rounds import Aggregate, ClientUpdates
+
+__all__ = ["Aggregator", "CoalitionRule", "Coalitions", "FixedKRule", "HKRule", "Partition", "WeightedMean"]
+
+log = logging.getLogger(__name__)
+
+
+class Aggregator(Protocol):
+    """Turns a round's updates into the next model (a part of :class:`bouquet.strategies.BouquetStrategy`)."""
+
+    label: str
+
+    def aggregate(self, updates: ClientUpdates) -> Aggregate: ...
+
+    def describe(self) -> list[str]: ...
+
+
+class WeightedMean:
+    """FedAvg (McMahan et al. 2017): the mean of the models weighted by ``num-examples``."""
+
+    label = "weighted mean"
+
+    def aggregate(self, updates: ClientUpdates) -> Aggregate:
+        total = sum(updates.num_examples)
+        factors = [n / total for n in updates.num_examples]
+        mean: dict[str, np.ndarray] = {}
+        for model, factor in zip(updates.models, factors, strict=True):
+            for name, value in model.items():
+                if name not in mean:
+                    mean[name] = value * factor
+                else:
+                    mean[name] += value * factor
+        return Aggregate(model={name: np.asarray(value) for name, value in mean.items()},
+                         node_ids=updates.node_ids)
+
+    def describe(self) -> list[str]:
+        return ["Aggregation: sample-weighted mean (FedAvg)"]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A rule's answer: coalition id per row, facts for the round record, an optional trajectory."""
+
+    labels: np.ndarray
+    report: dict[str, Any]
+    trajectory: dict[str, Any] | None = None
+
+
+class CoalitionRule(Protocol):
+    """Partitions the rows of an (S x d) opinion matrix into coalitions (ids 0..K-1)."""
+
+    label: str
+
+    def partition(self, opinions: np.ndarray, node_ids: tuple[int, ...], updates: ClientUpdates) -> Partition: ...
+
+    def describe(self) -> str: ...
+
+
+class HKRule:
+    """Hegselmann-Krause coalitions (HK paper eq. 10-14) on the Gram-space embedding.
+
+    Parameters
+    ----------
+    params : HKParams
+        Geometry, confidence bound and stopping rule (``barycenter_weighting`` is the aggregator's).
+    record_trajectories : bool, default False
+        Return each round's mixing matrices and Gram matrix (for Figure-3-style plots).
+    """
+
+    def __init__(self, params: HKParams | None = None, record_trajectories: bool = False) -> None:
+        self.params = params if params is not None else HKParams()
+        self.record_trajectories = record_trajectories
+        self.label = f"HK {self.params.geometry} tau={self.params.tau}"
+
+    def partition(self, opinions: np.ndarray, node_ids: tuple[int, ...], updates: ClientUpdates) -> Partition:
+        result = hk_coalitions(opinions, self.params, record=self.record_trajectories)
+        if not result.converged:
+            log.warning("round %d: HK stopped at s_max=%d before converging", updates.server_round, self.params.s_max)
+        trajectory = None
+        if self.record_trajectories:
+            trajectory = {"node_ids": list(node_ids), "labels": result.labels, "history": result.history,
+                          "gram": result.gram, "params": self.params}
+        return Partition(result.labels, {"hk-steps": result.steps, "hk-converged": result.converged}, trajectory)
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in asdict(self.params).items() if k != "barycenter_weighting")
+
+
+class FixedKRule:
+    """K coalitions by k-means on the models (or unit models), seeded per round with ``[seed, round]``.
+
+    Parameters
+    ----------
+    params : FixedKParams
+    """
+
+    def __init__(self, params: FixedKParams | None = None) -> None:
+        self.params = params if params is not None else FixedKParams()
+        self.label = f"fixed-K {self.params.geometry} K={int(self.params.k)}"
+
+    def partition(self, opinions: np.ndarray, node_ids: tuple[int, ...], updates: ClientUpdates) -> Partition:
+        seed = int(np.random.default_rng([updates.seed, updates.server_round]).integers(2**31))
+        return Partition(fixed_k_coalitions(opinions, int(self.params.k), self.params.geometry, seed=seed), {})
+
+    def describe(self) -> str:
+        return f"K={int(self.params.k)}, {self.params.geometry}"
+
+
+class Coalitions:
+    """The uniform mean of coalition barycenters (HK paper eq. 15-16) under any :class:`CoalitionRule`.
+
+    All-zero models are excluded with a warning naming the node (they have no direction, and no trained
+    model is all zeros).  With ``opinion_space="updates"`` a client whose update is exactly zero is a
+    singleton and the rule partitions the others.  The report holds K^t, the coalition sizes, the
+    singletons and the rule's own facts; the ``coalitions`` table one row per member.
+
+    Parameters
+    ----------
+    rule : CoalitionRule
+        :class:`HKRule` or :class:`FixedKRule` (or your own).
+    params : CoalitionParams
+        Barycenter weighting, opinion space, trajectory recording.
+    """
+
+    def __init__(self, rule: CoalitionRule, params: CoalitionParams | None = None) -> None:
+        self.rule = rule
+        self.params = params if params is not None else CoalitionParams()
+        self.label = rule.label
+
+    def aggregate(self, updates: ClientUpdates) -> Aggregate:
+        matrix, layout = updates.stacked
+        template = updates.models[0]
+        nonzero = np.linalg.norm(matrix, axis=1) > 0
+        kept = updates
+        if not nonzero.all():  # copy the matrix only when a row must go
+            for node in np.asarray(updates.node_ids, dtype=np.uint64)[~nonzero]:
+                log.warning("round %d: reply of node %d excluded: all-zero weights", updates.server_round, int(node))
+            matrix = matrix[nonzero]
+            kept = updates.subset(nonzero)
+        labels, partition = self._partition(matrix, layout, kept)
+        examples = None
+        if self.params.barycenter_weighting == "samples":
+            examples = np.array([float(n) for n in kept.num_examples])
+        aggregate = coalition_weights(labels, examples).astype(matrix.dtype) @ matrix
+        sizes_by_label = np.bincount(labels)
+        sizes = sorted(sizes_by_label.tolist(), reverse=True)
+        report = {"coalitions": len(sizes), "coalition-sizes": sizes,
+                  "singletons": int(sum(1 for s in sizes if s == 1)), "excluded-zero": int((~nonzero).sum()),
+                  **partition.report}
+        rows = [{"round": updates.server_round, "node_id": node, **identity, "coalition": int(label),
+                 "coalition_size": int(sizes_by_label[label])}
+                for node, identity, label in zip(kept.node_ids, kept.identities, labels)]
+        artifacts = {"hk-trajectory": partition.trajectory} if partition.trajectory is not None else {}
+        summary = (f"{self.label} -> K={len(sizes)} coalitions, sizes {sizes}, {report['singletons']} singletons"
+                   + "".join(f", {k} {v}" for k, v in partition.report.items()))
+        return Aggregate(model=layout.unflatten(aggregate, template), report=report, tables={"coalitions": rows},
+                         artifacts=artifacts, labels=labels, node_ids=kept.node_ids, summary=summary)
+
+    def _partition(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> tuple[np.ndarray, Partition]:
+        if self.params.opinion_space == "weights":
+            partition = self.rule.partition(matrix, kept.node_ids, kept)
+            return partition.labels, partition
+        opinions = matrix - kept.reference_matrix(layout, matrix.dtype)
+        still = np.linalg.norm(opinions, axis=1) == 0
+        if not still.any():
+            partition = self.rule.partition(opinions, kept.node_ids, kept)
+            return partition.labels, partition
+        # no update, no direction: a singleton each, the rule on the others
+        labels = np.empty(len(opinions), dtype=int)
+        moved = np.flatnonzero(~still)
+        if not moved.size:
+            return np.arange(len(opinions)), Partition(np.arange(len(opinions)), {})
+        partition = self.rule.partition(opinions[moved], tuple(kept.node_ids[i] for i in moved), kept)
+        labels[moved] = partition.labels
+        labels[still] = partition.labels.max() + 1 + np.arange(still.sum())
+        return labels, partition
+
+    def describe(self) -> list[str]:
+        p = self.params
+        line = (f"Aggregation: {self.rule.label} coalitions ({self.rule.describe()}), barycenters "
+                f"{p.barycenter_weighting}, opinions = {p.opinion_space}")
+        return [line]

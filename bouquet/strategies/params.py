@@ -1,0 +1,156 @@
+"""Frozen params classes of the strategy parts (no flwr import: the app's config reads them).
+
+:class:`SamplingParams` belongs to the samplers (who trains and who evaluates), :class:`SelectionParams`
+to sketch-based selection, :class:`CoalitionParams` to coalition aggregation and :class:`ProximalParams`
+to FedProx's train-config entry.  Defaults live here and nowhere else; validation is in
+``__post_init__`` and raises :class:`bouquet.params.ParamError` naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bouquet.params import require
+
+__all__ = ["MODES", "OPINION_SPACES", "WEIGHTINGS", "CoalitionParams", "ProximalParams", "SamplingParams",
+           "SelectionParams"]
+
+#: How sketch-based selection learns about clients.
+MODES = ("query", "piggyback")
+#: What HK's opinions are: the trained models (the paper) or their updates.
+OPINION_SPACES = ("weights", "updates")
+#: How members count in their coalition's barycenter.
+WEIGHTINGS = ("uniform", "samples")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Who takes part in a round: seeded draws from the connected nodes in their stable order.
+
+    Parameters
+    ----------
+    clients_per_round : int, optional
+        S, the nodes trained per round (with selection: the budget B).  ``None``: ``fraction_train``
+        of the connected nodes, at least ``min_train_nodes`` (Flower's FedAvg rule, seeded here).
+    fraction_train : float, default 1.0
+        Used when ``clients_per_round`` is None; 0 skips training.
+    fraction_evaluate : float, default 1.0
+        Share of the connected nodes evaluated each round, at least ``min_evaluate_nodes``; 0 skips
+        federated evaluation, 1 evaluates every node.
+    min_train_nodes, min_evaluate_nodes : int, default 2
+        Flower's floors on the sampled counts (never more than are connected).
+    min_available_nodes : int, default 2
+        Nodes to wait for (at most ``node_wait_seconds``) before sampling by fraction.
+    seed : int, default 0
+        Round ``t`` trains the nodes drawn by ``default_rng([seed, t])`` and evaluates those drawn by
+        ``default_rng([seed, t, 1])``.
+    node_wait_seconds : float, default 30
+        How long to wait for enough nodes to connect, and for the identity replies of new nodes,
+        before going on with those there (Flower's sampler waits forever).
+    """
+
+    clients_per_round: int | None = None
+    fraction_train: float = 1.0
+    fraction_evaluate: float = 1.0
+    min_train_nodes: int = 2
+    min_evaluate_nodes: int = 2
+    min_available_nodes: int = 2
+    seed: int = 0
+    node_wait_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        require(self.clients_per_round is None or self.clients_per_round >= 1, "clients_per_round",
+                f"clients_per_round must be >= 1 or None, got {self.clients_per_round}")
+        require(0 <= self.fraction_train <= 1, "fraction_train",
+                f"fraction_train must be in [0, 1], got {self.fraction_train}")
+        require(0 <= self.fraction_evaluate <= 1, "fraction_evaluate",
+                f"fraction_evaluate must be in [0, 1], got {self.fraction_evaluate}")
+        for name in ("min_train_nodes", "min_evaluate_nodes", "min_available_nodes"):
+            require(getattr(self, name) >= 0, name, f"{name} must be >= 0, got {getattr(self, name)}")
+        require(self.node_wait_seconds >= 0, "node_wait_seconds",
+                f"node_wait_seconds must be >= 0, got {self.node_wait_seconds}")
+
+
+@dataclass(frozen=True)
+class SelectionParams:
+    """Sketch-based client selection (SCKM paper; ``docs/METHODS.md``).
+
+    Parameters
+    ----------
+    mode : {"query", "piggyback"}, default "query"
+        ``query``: each round the candidates answer a ``query.sketch`` message before training (the
+        paper).  ``piggyback``: trained nodes attach their sketch to the training reply; no extra round
+        trip (staleness rule in ``docs/METHODS.md``).
+    sketch_fraction : float, default 0.005
+        Share of every parameter tensor in a sketch (paper: 0.5 %).
+    sketch_batch_size : int, default 32
+        Mini-batch of the sketch gradient.
+    candidates_per_round : int, default 0
+        Query only this many nodes (a seeded draw); 0 queries every connected node.
+    query_timeout : float, default 600
+        Seconds to wait for query replies; late or failed nodes are not selectable that round.
+    max_sketch_age : int, default 5
+        Piggyback: a sketch older than this many rounds counts as unexplored.
+    """
+
+    mode: str = "query"
+    sketch_fraction: float = 0.005
+    sketch_batch_size: int = 32
+    candidates_per_round: int = 0
+    query_timeout: float = 600.0
+    max_sketch_age: int = 5
+
+    def __post_init__(self) -> None:
+        require(self.mode in MODES, "mode", f"selection mode must be one of {MODES}, got {self.mode!r}")
+        require(0 < self.sketch_fraction <= 1, "sketch_fraction",
+                f"sketch-fraction must be in (0, 1], got {self.sketch_fraction}")
+        require(self.sketch_batch_size >= 1, "sketch_batch_size",
+                f"sketch-batch-size must be >= 1, got {self.sketch_batch_size}")
+        require(self.candidates_per_round >= 0, "candidates_per_round",
+                f"candidates-per-round must be >= 0, got {self.candidates_per_round}")
+        require(self.query_timeout > 0, "query_timeout", f"query-timeout must be > 0, got {self.query_timeout}")
+        require(self.max_sketch_age >= 0, "max_sketch_age", f"max-sketch-age must be >= 0, got {self.max_sketch_age}")
+
+
+@dataclass(frozen=True)
+class CoalitionParams:
+    """How coalition aggregation turns a partition into the next model (HK paper eq. 15-16).
+
+    Parameters
+    ----------
+    barycenter_weighting : {"uniform", "samples"}, default "uniform"
+        Members count equally in their coalition's barycenter (eq. 15) or by ``num-examples``;
+        coalitions always count equally (eq. 16).
+    opinion_space : {"weights", "updates"}, default "weights"
+        The rule partitions the trained models (the paper) or their updates ``w_i - theta`` (theta =
+        the model the node was sent; our option, ``docs/METHODS.md``).  A client whose update is exactly
+        zero forms a singleton.  Aggregation always averages the models.
+    record_trajectories : bool, default False
+        Keep each round's opinion dynamics (HK) for trajectory plots.
+    """
+
+    barycenter_weighting: str = "uniform"
+    opinion_space: str = "weights"
+    record_trajectories: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.barycenter_weighting in WEIGHTINGS, "barycenter_weighting",
+                f"barycenter_weighting must be one of {WEIGHTINGS}, got {self.barycenter_weighting!r}")
+        require(self.opinion_space in OPINION_SPACES, "opinion_space",
+                f"opinion_space must be one of {OPINION_SPACES}, got {self.opinion_space!r}")
+
+
+@dataclass(frozen=True)
+class ProximalParams:
+    """FedProx (Li et al. 2020): ``mu`` goes to the clients as the ``proximal-mu`` train-config entry.
+
+    Parameters
+    ----------
+    mu : float, default 0.01
+        Weight of the client's proximal term ``(mu / 2) ||w - w_global||^2``.
+    """
+
+    mu: float = 0.01
+
+    def __post_init__(self) -> None:
+        require(self.mu >= 0, "mu", f"proximal-mu must be >= 0, got {self.mu}")

@@ -1,0 +1,118 @@
+"""Training replies: screened per client (error, missing record, shape, non-finite, weight), decoded once.
+
+:func:`screen_replies` is the public check; :func:`usable_updates` is what the strategy runs each round:
+it screens the replies against the model each node was sent and returns the usable ones as
+:class:`bouquet.strategies.rounds.ClientUpdates` (numpy, stable order) together with the rejected
+``(node id, reason)`` pairs.  Replies are never modified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, Message
+
+from bouquet.strategies.arrays import Model, to_numpy
+from bouquet.strategies.rounds import ClientUpdates
+
+__all__ = ["client_rows", "identity_of", "screen_replies", "usable_updates"]
+
+Rejected = list[tuple[int, str]]
+
+
+def _check(msg: Message, reference: ArrayRecord | None, arrayrecord_key: str,
+           weighted_by_key: str | None) -> dict[str, np.ndarray] | str:
+    """The reply's model decoded, or why it is not usable."""
+    if msg.has_error():
+        return f"error reply: {msg.error.reason}"
+    if arrayrecord_key not in msg.content.array_records:
+        return f"no ArrayRecord {arrayrecord_key!r} in reply"
+    record = msg.content.array_records[arrayrecord_key]
+    if reference is not None:
+        got = {name: tuple(array.shape) for name, array in record.items()}
+        if got != {name: tuple(array.shape) for name, array in reference.items()}:
+            return f"array names/shapes {got} differ from the model sent"
+    if weighted_by_key is not None:
+        metrics = next(iter(msg.content.metric_records.values()), None)
+        if metrics is None or weighted_by_key not in metrics or isinstance(metrics[weighted_by_key], list):
+            return f"no {weighted_by_key!r} value in its MetricRecord"
+    model = to_numpy(record)
+    bad = [name for name, a in model.items() if np.issubdtype(a.dtype, np.number) and not np.isfinite(a).all()]
+    if bad:
+        return f"non-finite values in {bad}"
+    return model
+
+
+def screen_replies(replies: Iterable[Message], reference: ArrayRecord | None,
+                   arrayrecord_key: str = "arrays") -> tuple[list[Message], Rejected]:
+    """Split training replies into usable ones and rejected ``(node id, reason)``.
+
+    A reply is rejected when it carries an error, lacks ``arrayrecord_key``,
+    has array names or shapes other than ``reference`` (the model sent), or
+    holds a non-finite value.  Replies are not modified.
+    """
+    usable, rejected = [], []
+    for msg in replies:
+        outcome = _check(msg, reference, arrayrecord_key, None)
+        if isinstance(outcome, str):
+            rejected.append((msg.metadata.src_node_id, outcome))
+        else:
+            usable.append(msg)
+    return usable, rejected
+
+
+def identity_of(msg: Message) -> dict[str, Any]:
+    """Partition id and household of a bouquet client reply (blank for other apps)."""
+    info = msg.content.config_records.get("info")
+    if info is None:
+        return {"partition-id": "", "household": ""}
+    return {"partition-id": info.get("partition-id", ""), "household": info.get("household", "")}
+
+
+def usable_updates(server_round: int, seed: int, replies: list[Message], sent: Mapping[int, ArrayRecord],
+                   arrayrecord_key: str, weighted_by_key: str) -> tuple[list[Message], ClientUpdates, Rejected]:
+    """Screen ``replies`` (already in stable order) against what each node was ``sent``.
+
+    Returns the usable messages, their :class:`ClientUpdates` and the rejected ``(node id, reason)``.
+    A reply from a node that was sent nothing is screened against the first model sent.
+    """
+    fallback = next(iter(sent.values()), None)
+    references: dict[int, Model] = {}  # decoded once per distinct model sent
+    usable, models, rejected = [], [], []
+    for msg in replies:
+        node = msg.metadata.src_node_id
+        reference = sent.get(node, fallback)
+        outcome = _check(msg, reference, arrayrecord_key, weighted_by_key)
+        if isinstance(outcome, str):
+            rejected.append((node, outcome))
+            continue
+        usable.append(msg)
+        models.append(outcome)
+    refs = []
+    for msg in usable:
+        record = sent.get(msg.metadata.src_node_id, fallback)
+        if id(record) not in references:
+            references[id(record)] = to_numpy(record) if record is not None else {}
+        refs.append(references[id(record)])
+    updates = ClientUpdates(
+        server_round=server_round, seed=seed, node_ids=tuple(m.metadata.src_node_id for m in usable),
+        models=tuple(models),
+        num_examples=tuple(next(iter(m.content.metric_records.values()))[weighted_by_key] for m in usable),
+        references=tuple(refs), identities=tuple(identity_of(m) for m in usable))
+    return usable, updates, rejected
+
+
+def client_rows(server_round: int, replies: Iterable[Message]) -> list[dict[str, Any]]:
+    """One row per reply: round, node id, its ConfigRecord entries (not sketch ones) and its metrics."""
+    rows = []
+    for msg in replies:
+        row: dict[str, Any] = {"round": server_round, "node_id": msg.metadata.src_node_id}
+        for name, record in msg.content.config_records.items():
+            if not name.startswith("sketch"):  # sketch metadata is reported by the selection sampler
+                row.update(dict(record))
+        for record in msg.content.metric_records.values():
+            row.update(dict(record))
+        rows.append(row)
+    return rows

@@ -1,0 +1,198 @@
+"""The typed records one round passes between the strategy's parts.
+
+``configure`` -> :class:`TrainRound` -> (Flower sends, nodes train) -> screened replies ->
+:class:`ClientUpdates` -> aggregator -> :class:`Aggregate` -> model store; evaluation has its
+:class:`EvaluateRound`; observers receive :class:`RoundEvent`.  Samplers get a :class:`RoundContext` and
+return a :class:`Sample`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.serverapp import Grid
+
+from bouquet.messages import MessageFactory
+from bouquet.strategies.arrays import FlatLayout, Model, stack_models
+
+__all__ = ["Aggregate", "ClientUpdates", "EvaluateRound", "RoundContext", "RoundEvent", "Sample", "TrainRound"]
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What a sampler may use to choose this round's nodes.
+
+    Attributes
+    ----------
+    server_round : int
+    grid : flwr.serverapp.Grid
+    nodes : bouquet.strategies.sampling.NodeOrder
+        Stable node order (by the key each node reports) and its waiting rule.
+    arrays : ArrayRecord
+        The shared model of this round (a query phase sends it).
+    new_message : MessageFactory
+    arrayrecord_key : str
+    """
+
+    server_round: int
+    grid: Grid
+    nodes: Any
+    arrays: ArrayRecord
+    new_message: MessageFactory
+    arrayrecord_key: str = "arrays"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A sampler's answer: the nodes to train (stable order) and what to record about the choice.
+
+    ``report`` is ``None`` for plain sampling, else the round's ``select`` record (``rounds.jsonl``);
+    ``rows`` go to ``selection.csv``; ``label`` names the selector; ``summary`` is its console line.
+    """
+
+    node_ids: tuple[int, ...]
+    report: Mapping[str, Any] | None = None
+    rows: tuple[Mapping[str, Any], ...] = ()
+    label: str = ""
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class TrainRound:
+    """One configured training round, from ``configure`` to ``aggregate``.
+
+    Attributes
+    ----------
+    server_round : int
+    node_ids : tuple of int
+        The nodes sent a training message, in stable order.
+    sent : Mapping[int, ArrayRecord]
+        The model each node was sent (the reference its reply is screened against).
+    config : ConfigRecord
+        The train config every message carried (``server-round`` and the parts' entries).
+    messages : tuple of Message
+    """
+
+    server_round: int
+    node_ids: tuple[int, ...]
+    sent: Mapping[int, ArrayRecord]
+    config: ConfigRecord
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True)
+class EvaluateRound:
+    """One configured evaluation round: the nodes and the messages they were sent."""
+
+    server_round: int
+    node_ids: tuple[int, ...]
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True)
+class ClientUpdates:
+    """A round's usable training replies as numpy, in stable node order (what an aggregator sees).
+
+    Attributes
+    ----------
+    server_round : int
+    seed : int
+        The run's seed (rules that draw use ``default_rng([seed, server_round])``).
+    node_ids : tuple of int
+    models : tuple of Model
+        Each reply's model, decoded once.
+    num_examples : tuple of float
+        Each reply's weight (``num-examples`` of its MetricRecord), as the client sent it.
+    references : tuple of Model
+        The model each node was sent (one shared object when every node got the same).
+    identities : tuple of dict
+        ``partition-id`` and ``household`` of each reply (blank for other apps).
+    """
+
+    server_round: int
+    seed: int
+    node_ids: tuple[int, ...]
+    models: tuple[Model, ...]
+    num_examples: tuple[float, ...]
+    references: tuple[Model, ...]
+    identities: tuple[Mapping[str, Any], ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.node_ids)
+
+    @cached_property
+    def stacked(self) -> tuple[np.ndarray, FlatLayout]:
+        """(S x d float32 matrix of the floating arrays, its layout), computed once."""
+        return stack_models(self.models)
+
+    def reference_matrix(self, layout: FlatLayout, dtype: np.dtype) -> np.ndarray:
+        """Row ``i``: the flattened model node ``i`` was sent (each distinct reference flattened once)."""
+        flat: dict[int, np.ndarray] = {}
+        rows = []
+        for reference in self.references:
+            if id(reference) not in flat:
+                flat[id(reference)] = layout.flatten(reference, dtype)
+            rows.append(flat[id(reference)])
+        return np.stack(rows)
+
+    def subset(self, keep: Sequence[bool] | np.ndarray) -> ClientUpdates:
+        """The updates where ``keep`` is true (the stacked matrix is recomputed on demand)."""
+        pick = lambda values: tuple(v for v, k in zip(values, keep) if k)
+        return ClientUpdates(self.server_round, self.seed, pick(self.node_ids), pick(self.models),
+                             pick(self.num_examples), pick(self.references),
+                             pick(self.identities) if self.identities else ())
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """What an aggregator made of a round's updates.
+
+    Attributes
+    ----------
+    model : Model
+        The next shared model.
+    report : dict
+        Scalars and small lists for the round's ``train`` record.
+    tables : dict
+        Rows per table (e.g. ``coalitions``), written before the round record.
+    artifacts : dict
+        Larger per-round outputs for observers (e.g. ``hk-trajectory``).
+    labels : numpy.ndarray, optional
+        Coalition of each update that took part (aligned with ``node_ids``).
+    node_ids : tuple of int
+        The updates that took part (an aggregator may exclude some, e.g. all-zero models).
+    summary : str
+        One line for the console (empty: nothing worth a line).
+    """
+
+    model: Model
+    report: Mapping[str, Any] = field(default_factory=dict)
+    tables: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    artifacts: Mapping[str, Any] = field(default_factory=dict)
+    labels: np.ndarray | None = None
+    node_ids: tuple[int, ...] = ()
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """What happened in one phase of a round, for observers.
+
+    ``phase`` is ``select``, ``train`` or ``evaluate``; ``metrics`` is the round record
+    (``rounds.jsonl``); ``tables`` are rows per CSV table; ``label`` names the part that produced it
+    (selector or aggregation rule); ``artifacts`` carry larger outputs (HK trajectories); ``summary`` is
+    the producing part's one-line description of the round (empty: none).
+    """
+
+    server_round: int
+    phase: str
+    metrics: Mapping[str, Any]
+    tables: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    label: str = ""
+    artifacts: Mapping[str, Any] = field(default_factory=dict)
+    summary: str = ""

@@ -1,0 +1,344 @@
+"""``BouquetStrategy``: one Flower (Message API) strategy composed of parts.
+
+A round::
+
+    sampler picks nodes -> model store says what each gets -> messages (train config: the parts'
+    entries) -> Flower sends, nodes train -> replies screened per client (error, record, shape,
+    non-finite, weight) -> aggregator -> model store keeps the result -> evaluation messages (each node
+    its model) -> observers record
+
+The round's own state travels as a typed record (:class:`bouquet.strategies.rounds.TrainRound`,
+:class:`~bouquet.strategies.rounds.EvaluateRound`) from ``configure`` to ``aggregate``; what persists
+across rounds (models, node order, sampler state) is :meth:`BouquetStrategy.state`, one
+:class:`bouquet.strategies.state.ServerState`.  :meth:`BouquetStrategy.start` runs the rounds itself and
+passes each record along; Flower's hook methods (``configure_train`` ...) work too for callers that drive
+a strategy hook by hook (Flower's wrappers), which have no channel from ``configure_*`` to
+``aggregate_*``: those park the configured round, keyed by its number, until its ``aggregate_*``.
+No Flower internals are used: messages go out through ``grid.send_and_receive``.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+
+from bouquet.flower_logging import route_to_flower
+from bouquet.messages import MessageFactory, flower_message
+from bouquet.strategies.aggregation import Aggregator, WeightedMean
+from bouquet.strategies.entries import TrainConfigPart
+from bouquet.strategies.models import ModelStore, SharedModel
+from bouquet.strategies.observers import ConsoleLines, Observer
+from bouquet.strategies.replies import client_rows, usable_updates
+from bouquet.strategies.rounds import EvaluateRound, RoundContext, RoundEvent, TrainRound
+from bouquet.strategies.sampling import NodeOrder, Sampler, UniformSampler
+from bouquet.strategies.state import ServerState
+
+__all__ = ["BouquetStrategy"]
+
+log = logging.getLogger(__name__)
+route_to_flower()
+
+MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
+
+
+class BouquetStrategy(Strategy):
+    """A Flower strategy made of a sampler, an aggregator, a model store, train-config parts and observers.
+
+    Parameters
+    ----------
+    sampler : Sampler, optional
+        Who trains and who evaluates; default :class:`bouquet.strategies.sampling.UniformSampler` with
+        default :class:`bouquet.strategies.params.SamplingParams` (every connected node).
+    aggregator : Aggregator, optional
+        What the replies become; default :class:`bouquet.strategies.aggregation.WeightedMean` (FedAvg).
+    models : ModelStore, optional
+        Which arrays each node receives and what is kept; default
+        :class:`bouquet.strategies.models.SharedModel`.
+    train_config : sequence of TrainConfigPart, default ()
+        Parts that add entries to every training config (:class:`bouquet.strategies.entries.ProximalTerm`).
+    observers : sequence of Observer, optional
+        Receive every round's events; default ``(ConsoleLines(),)``.
+    weighted_by_key : str, default "num-examples"
+        The MetricRecord entry that weights replies (as in Flower's FedAvg).
+    arrayrecord_key, configrecord_key : str, default "arrays", "config"
+        Record names in the messages (as in Flower's FedAvg).
+    train_metrics_aggr_fn, evaluate_metrics_aggr_fn : callable, optional
+        ``(list[RecordDict], weighted_by_key) -> MetricRecord``; default Flower's weighted average.
+    message_factory : MessageFactory, optional
+        Builds outgoing messages; default Flower's ``Message`` constructor (tests pass their own).
+    """
+
+    def __init__(self, *, sampler: Sampler | None = None, aggregator: Aggregator | None = None,
+                 models: ModelStore | None = None, train_config: Sequence[TrainConfigPart] = (),
+                 observers: Sequence[Observer] | None = None, weighted_by_key: str = "num-examples",
+                 arrayrecord_key: str = "arrays", configrecord_key: str = "config",
+                 train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
+                 message_factory: MessageFactory = flower_message) -> None:
+        self.sampler: Sampler = sampler if sampler is not None else UniformSampler()
+        self.aggregator: Aggregator = aggregator if aggregator is not None else WeightedMean()
+        self.models: ModelStore = models if models is not None else SharedModel()
+        self.train_config = tuple(train_config)
+        self.observers = tuple(observers) if observers is not None else (ConsoleLines(),)
+        self.weighted_by_key = weighted_by_key
+        self.arrayrecord_key = arrayrecord_key
+        self.configrecord_key = configrecord_key
+        self.train_metrics_aggr_fn = train_metrics_aggr_fn or aggregate_metricrecords
+        self.evaluate_metrics_aggr_fn = evaluate_metrics_aggr_fn or aggregate_metricrecords
+        self.new_message = message_factory
+        self.nodes = NodeOrder(self.sampler.sampling.node_wait_seconds, message_factory)
+        self.server_round = 0
+        self._hook_rounds: dict[tuple[str, int], Any] = {}  # only for callers that drive the Flower hooks
+
+    # ------------------------------------------------------------------ state
+    @property
+    def seed(self) -> int:
+        return self.sampler.sampling.seed
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The sampler's per-round selection records (empty for uniform sampling)."""
+        state = getattr(self.sampler, "state", None)
+        return list(getattr(state, "history", []))
+
+    def state(self) -> ServerState:
+        """The whole server state after the last completed round."""
+        return ServerState(server_round=self.server_round, seed=self.seed, models=dict(self.models.state_records()),
+                           nodes=self.nodes.state_dict(), sampler=self.sampler.state_dict())
+
+    def load_state(self, state: ServerState) -> None:
+        """Go on from ``state`` (a strategy built with the same parts and parameters)."""
+        if state.seed != self.seed:
+            raise ValueError(f"the state was saved with seed {state.seed}, this strategy has seed {self.seed}")
+        self.server_round = state.server_round
+        self.models.load_state_records(state.models)
+        self.nodes.load_state_dict(state.nodes)
+        self.sampler.load_state_dict(state.sampler)
+
+    def _emit(self, event: RoundEvent) -> None:
+        for observer in self.observers:
+            observer.on_event(event)
+
+    def _context(self, server_round: int, grid: Grid) -> RoundContext:
+        return RoundContext(server_round, grid, self.nodes, self.models.shared, self.new_message, self.arrayrecord_key)
+
+    def _messages(self, node_ids: Iterable[int], config: ConfigRecord, message_type: str,
+                  server_round: int) -> tuple[dict[int, ArrayRecord], tuple[Message, ...]]:
+        sent = {node: self.models.arrays_for(node) for node in node_ids}
+        contents: dict[int, RecordDict] = {}  # one RecordDict per distinct model, as Flower shares one
+        messages = []
+        for node, arrays in sent.items():
+            if id(arrays) not in contents:
+                contents[id(arrays)] = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+            messages.append(self.new_message(contents[id(arrays)], message_type, node, str(server_round)))
+        return sent, tuple(messages)
+
+    # --------------------------------------------------------------- training
+    def configure_train_round(self, server_round: int, config: ConfigRecord, grid: Grid) -> TrainRound:
+        """Sample, say what each node gets, and build the training messages (``config`` is not modified)."""
+        sample = self.sampler.sample_train(self._context(server_round, grid))
+        if sample.report is not None:
+            self._emit(RoundEvent(server_round, "select", dict(sample.report), {"selection": list(sample.rows)},
+                                  label=sample.label, summary=sample.summary))
+        entries: dict[str, Any] = dict(config)
+        entries.update(self.sampler.train_config(server_round))
+        for part in self.train_config:
+            entries.update(part.entries(server_round))
+        entries["server-round"] = server_round
+        round_config = ConfigRecord(entries)
+        sent, messages = self._messages(sample.node_ids, round_config, "train", server_round)
+        return TrainRound(server_round, tuple(sample.node_ids), sent, round_config, messages)
+
+    def aggregate_train_round(self, configured: TrainRound,
+                              replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Screen the replies, aggregate the usable ones, keep the result, tell the observers."""
+        server_round = configured.server_round
+        replies = list(replies)
+        self.sampler.observe_train(server_round, replies)
+        replies = self.nodes.sorted_replies(replies)
+        usable, updates, rejected = usable_updates(server_round, self.seed, replies, configured.sent,
+                                                   self.arrayrecord_key, self.weighted_by_key)
+        # The SuperLink answers for a node it saw go offline with an error reply whose source is not that
+        # node (Flower 1.42 puts its own id there): such a node counts as lost, named by the id it was sent to.
+        expected = set(configured.node_ids)
+        rejected = [(n, why) for n, why in rejected if n in expected or not expected]
+        answered = {m.metadata.src_node_id for m in replies}
+        lost = [n for n in configured.node_ids if n not in answered]
+        log.info("aggregate_train: %d usable replies, %d rejected, %d lost", len(usable), len(rejected), len(lost))
+        for node, reason in rejected:
+            log.warning("round %d: reply of node %d excluded: %s", server_round, node, reason)
+        for node in lost:
+            log.warning("round %d: node %d was sent a training message but never replied (lost, or slower "
+                        "than the round timeout); the round goes on with the others", server_round, node)
+        outcome = {"rejected": len(rejected), "rejected-nodes": [n for n, _ in rejected], "lost-nodes": lost}
+        if not usable:
+            log.warning("round %d: no usable training reply; the global model stays as it was", server_round)
+            self._emit(RoundEvent(server_round, "train", {"replies": 0, **outcome}))
+            return None, None
+        started = time.perf_counter()
+        aggregate = self.aggregator.aggregate(updates)
+        elapsed = time.perf_counter() - started
+        arrays = self.models.keep(aggregate)
+        metrics = self.train_metrics_aggr_fn([m.content for m in usable], self.weighted_by_key)
+        self._emit(RoundEvent(
+            server_round, "train",
+            {**dict(metrics), **aggregate.report, "replies": len(usable), **outcome, "aggregation-seconds": elapsed},
+            {**aggregate.tables, "train_clients": client_rows(server_round, usable)}, label=self.aggregator.label,
+            artifacts=aggregate.artifacts, summary=aggregate.summary))
+        return arrays, metrics
+
+    # ------------------------------------------------------------- evaluation
+    def configure_evaluate_round(self, server_round: int, config: ConfigRecord, grid: Grid) -> EvaluateRound:
+        """The evaluators and their messages, each node sent the model the store has for it."""
+        nodes = self.sampler.sample_evaluate(self._context(server_round, grid))
+        round_config = ConfigRecord({**dict(config), "server-round": server_round})
+        _, messages = self._messages(nodes, round_config, "evaluate", server_round)
+        return EvaluateRound(server_round, tuple(nodes), messages)
+
+    def aggregate_evaluate_round(self, configured: EvaluateRound, replies: Iterable[Message]) -> MetricRecord | None:
+        """Weighted mean of the evaluation metrics; per-client rows to the observers."""
+        server_round = configured.server_round
+        replies = self.nodes.sorted_replies(replies)
+        failed = [m for m in replies if m.has_error()]
+        answered = [m for m in replies if not m.has_error()]
+        log.info("aggregate_evaluate: Received %d results and %d failures", len(answered), len(failed))
+        for msg in failed:
+            log.info("\t> Received error in reply from node %d: %s", msg.metadata.src_node_id, msg.error.reason)
+        usable = []
+        for msg in answered:
+            metrics = next(iter(msg.content.metric_records.values()), None)
+            if metrics is None or self.weighted_by_key not in metrics:
+                log.warning("round %d: evaluation reply of node %d excluded: no %r value in a MetricRecord",
+                            server_round, msg.metadata.src_node_id, self.weighted_by_key)
+            else:
+                usable.append(msg)
+        if not usable:
+            return None
+        metrics = self.evaluate_metrics_aggr_fn([m.content for m in usable], self.weighted_by_key)
+        self._emit(RoundEvent(server_round, "evaluate", {**dict(metrics), "replies": len(usable)},
+                              {"evaluate_clients": client_rows(server_round, usable)}))
+        return metrics
+
+    # ------------------------------------------------- Flower's hook methods
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        """Flower hook: adopt ``arrays`` as the current model and configure the round (see module docstring)."""
+        self.models.adopt(arrays)
+        configured = self.configure_train_round(server_round, config, grid)
+        self._hook_rounds[("train", server_round)] = configured
+        return list(configured.messages)
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Flower hook: aggregate the round that :meth:`configure_train` configured."""
+        configured = self._hook_rounds.pop(("train", server_round), None)
+        if configured is None:
+            raise RuntimeError(f"aggregate_train({server_round}) without configure_train({server_round}) before it")
+        outcome = self.aggregate_train_round(configured, replies)
+        self.server_round = server_round
+        return outcome
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        """Flower hook: configure the round's evaluation with ``arrays`` as the current model."""
+        self.models.adopt(arrays)
+        configured = self.configure_evaluate_round(server_round, config, grid)
+        self._hook_rounds[("evaluate", server_round)] = configured
+        return list(configured.messages)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Flower hook: aggregate the evaluation that :meth:`configure_evaluate` configured."""
+        configured = self._hook_rounds.pop(("evaluate", server_round), None)
+        if configured is None:
+            raise RuntimeError(f"aggregate_evaluate({server_round}) without configure_evaluate before it")
+        return self.aggregate_evaluate_round(configured, replies)
+
+    # ------------------------------------------------------------------- run
+    def summary(self) -> None:
+        """Log the parts."""
+        lines = [*self.sampler.describe(), *self.aggregator.describe(), *self.models.describe(),
+                 *(f"Train config: {part.describe()}" for part in self.train_config)]
+        for line in lines:
+            log.info("\t├──> %s", line)
+        log.info("\t└──> Records: weighted by %r, arrays %r, config %r", self.weighted_by_key,
+                 self.arrayrecord_key, self.configrecord_key)
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+              should_stop: Callable[[int, Result], bool] | None = None) -> Result:
+        """Run rounds ``server_round + 1 .. num_rounds``, each record passed from configure to aggregate.
+
+        Parameters
+        ----------
+        grid : Grid
+        initial_arrays : ArrayRecord
+            The starting model.
+        num_rounds : int, default 3
+        timeout : float, default 3600
+            Seconds to wait for each phase's replies.
+        train_config, evaluate_config : ConfigRecord, optional
+            Entries every training / evaluation message carries (not modified).
+        evaluate_fn : callable(round, arrays) -> MetricRecord or None, optional
+            Server-side evaluation, before the first round and after each.
+        should_stop : callable(round, Result) -> bool, optional
+            Asked after each round; True ends the run early.
+
+        Returns
+        -------
+        flwr.serverapp.strategy.Result
+        """
+        log.info("Starting %s strategy:", type(self).__name__)
+        log.info("\t├── Number of rounds: %d", num_rounds)
+        log.info("\t├── ArrayRecord (%.2f MB)", sum(len(a.data) for a in initial_arrays.values()) / 1024**2)
+        self.summary()
+        train_config = train_config if train_config is not None else ConfigRecord()
+        evaluate_config = evaluate_config if evaluate_config is not None else ConfigRecord()
+        self.models.adopt(initial_arrays)
+        result = Result()
+        result.arrays = initial_arrays
+        started = time.time()
+        if evaluate_fn is not None:
+            res = evaluate_fn(0, initial_arrays)
+            log.info("Initial global evaluation results: %s", res)
+            if res is not None:
+                result.evaluate_metrics_serverapp[0] = res
+        for server_round in range(self.server_round + 1, num_rounds + 1):
+            log.info("")
+            log.info("[ROUND %s/%s]", server_round, num_rounds)
+            train = self.configure_train_round(server_round, train_config, grid)
+            replies = grid.send_and_receive(list(train.messages), timeout=timeout) if train.messages else []
+            arrays, metrics = self.aggregate_train_round(train, replies)
+            if arrays is not None:
+                result.arrays = arrays
+            if metrics is not None:
+                log.info("\t└──> Aggregated MetricRecord: %s", metrics)
+                result.train_metrics_clientapp[server_round] = metrics
+            evaluation = self.configure_evaluate_round(server_round, evaluate_config, grid)
+            replies = grid.send_and_receive(list(evaluation.messages), timeout=timeout) if evaluation.messages else []
+            metrics = self.aggregate_evaluate_round(evaluation, replies)
+            if metrics is not None:
+                log.info("\t└──> Aggregated MetricRecord: %s", metrics)
+                result.evaluate_metrics_clientapp[server_round] = metrics
+            if evaluate_fn is not None:
+                res = evaluate_fn(server_round, self.models.shared)
+                log.info("\t└──> Global evaluation: %s", res)
+                if res is not None:
+                    result.evaluate_metrics_serverapp[server_round] = res
+            self.server_round = server_round
+            if should_stop is not None and should_stop(server_round, result):
+                log.info("Stopping early after round %s", server_round)
+                break
+        log.info("")
+        log.info("Strategy execution finished in %.2fs", time.time() - started)
+        for line in io.StringIO(str(result)):
+            log.info("\t%s", line.rstrip("\n"))
+        return result

@@ -1,0 +1,68 @@
+"""What every client task offers: a model, training, evaluation and one training batch (torch, no Flower).
+
+A task is built once per node (:class:`bouquet.tasks.water.WaterTask` for a household,
+:class:`bouquet.tasks.vision.VisionTask` for an image shard) from the run's config sections and the
+node's own data; the ClientApp (:mod:`bouquet.client_app`) turns its results into Flower records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["Penalty", "Task", "batch_indices", "proximal_penalty", "task_loss"]
+
+#: Extra loss term ``penalty(model)`` added to the batch loss (e.g. FedProx's proximal term).
+Penalty = Callable[[nn.Module], torch.Tensor]
+
+
+class Task(Protocol):
+    """One node's side of a use case."""
+
+    partition_id: int
+    household: str  # "" where the node is not a household
+
+    @property
+    def num_examples(self) -> int: ...
+
+    def new_model(self) -> nn.Module: ...
+
+    def training_batch(self, batch_size: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def train(self, model: nn.Module, rng: np.random.Generator, proximal_mu: float) -> float: ...
+
+    def evaluate(self, model: nn.Module, rng: np.random.Generator) -> dict[str, float]: ...
+
+    def forecasts(self, model: nn.Module) -> dict[str, np.ndarray] | None: ...
+
+
+def batch_indices(n: int, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+    """Sorted indices of one mini-batch drawn without replacement from ``n`` samples (all when fewer)."""
+    return np.sort(rng.choice(n, size=min(batch_size, n), replace=False))
+
+
+def task_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy for class labels (integer targets), MSE for forecasts (float targets)."""
+    if not targets.dtype.is_floating_point:
+        return torch.nn.functional.cross_entropy(outputs, targets.long())
+    return torch.nn.functional.mse_loss(outputs, targets)
+
+
+def proximal_penalty(model: nn.Module, mu: float) -> Penalty:
+    """FedProx's term ``(mu / 2) * ||w - w_global||^2`` with ``w_global`` = the model's weights now.
+
+    Call it right after loading the global model, before local training; its
+    gradient is ``mu * (w - w_global)``.
+    """
+    if mu < 0:
+        raise ValueError(f"proximal mu must be >= 0, got {mu}")
+    anchors = [p.detach().clone() for p in model.parameters()]
+
+    def penalty(current: nn.Module) -> torch.Tensor:
+        return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(current.parameters(), anchors))
+
+    return penalty

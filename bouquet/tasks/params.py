@@ -1,0 +1,148 @@
+"""Frozen params classes of the client tasks (no torch import: the app's config reads them).
+
+Water (the HK paper's LSTM): :class:`LSTMParams`, :class:`TrainSettings`, :class:`PerFedAvgSettings`.
+Vision (the SCKM paper's image classifiers): :class:`VisionModelParams`, :class:`VisionTrainSettings`,
+:class:`CentralEvalParams` (the server's test-set scoring).  The batch size is one run-config key for
+both tasks, so both classes take their default from :data:`DEFAULT_BATCH_SIZE`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bouquet.params import require
+
+__all__ = ["DEFAULT_BATCH_SIZE", "MODELS", "PERFEDAVG_VARIANTS", "CentralEvalParams", "LSTMParams",
+           "PerFedAvgSettings", "TrainSettings", "VisionModelParams", "VisionTrainSettings"]
+
+#: Mini-batch size of local training (the HK paper's Table 3; the ``batch-size`` key of both tasks).
+DEFAULT_BATCH_SIZE = 32
+#: Image classifiers of the vision task.
+MODELS = ("cnn", "vgg16")
+#: Per-FedAvg's two variants: first-order and Hessian-free.
+PERFEDAVG_VARIANTS = ("fo", "hf")
+
+
+@dataclass(frozen=True)
+class LSTMParams:
+    """Size of the water forecaster (the paper gives none; one layer of 32 units has 4,513 parameters).
+
+    Parameters
+    ----------
+    hidden_size : int, default 32
+    num_layers : int, default 1
+    """
+
+    hidden_size: int = 32
+    num_layers: int = 1
+
+    def __post_init__(self) -> None:
+        require(self.hidden_size >= 1, "hidden_size", f"hidden-size must be >= 1, got {self.hidden_size}")
+        require(self.num_layers >= 1, "num_layers", f"num-layers must be >= 1, got {self.num_layers}")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Local training of the water task (paper Table 3): E epochs of Adam on the household's windows.
+
+    Parameters
+    ----------
+    epochs : int, default 5
+        E, the local epochs per round.
+    learning_rate : float, default 1e-3
+    batch_size : int, default 32
+    """
+
+    epochs: int = 5
+    learning_rate: float = 1e-3
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+    def __post_init__(self) -> None:
+        require(self.epochs >= 1, "epochs", f"local epochs must be >= 1, got {self.epochs}")
+        require(self.learning_rate > 0, "learning_rate", f"learning rate must be > 0, got {self.learning_rate}")
+        require(self.batch_size >= 1, "batch_size", f"batch size must be >= 1, got {self.batch_size}")
+
+
+@dataclass(frozen=True)
+class PerFedAvgSettings:
+    """Per-FedAvg hyper-parameters (Fallah, Mokhtari, Ozdaglar 2020).
+
+    Parameters
+    ----------
+    variant : {"fo", "hf"}, default "fo"
+        First-order or Hessian-free.
+    alpha : float, default 0.01
+        Inner (personalisation) step size.
+    beta : float, default 0.001
+        Outer (meta) step size.
+    delta : float, default 0.001
+        Finite-difference step of the HF Hessian-vector product.
+    """
+
+    variant: str = "fo"
+    alpha: float = 0.01
+    beta: float = 0.001
+    delta: float = 0.001
+
+    def __post_init__(self) -> None:
+        require(self.variant in PERFEDAVG_VARIANTS, "variant",
+                f"Per-FedAvg variant must be 'fo' or 'hf', got {self.variant!r}")
+        for name in ("alpha", "beta", "delta"):
+            require(getattr(self, name) > 0, name, f"alpha, beta and delta must be > 0, got {self}")
+
+
+@dataclass(frozen=True)
+class VisionModelParams:
+    """Which image classifier the vision task trains.
+
+    Parameters
+    ----------
+    name : {"cnn", "vgg16"}, default "cnn"
+        A small CPU-friendly CNN, or the paper's CIFAR-style VGG-16 (32 x 32 images).
+    """
+
+    name: str = "cnn"
+
+    def __post_init__(self) -> None:
+        require(self.name in MODELS, "name", f"vision-model must be one of {MODELS}, got {self.name!r}")
+
+
+@dataclass(frozen=True)
+class VisionTrainSettings:
+    """Local training of the vision task: ``local_batches`` SGD steps of ``batch_size`` at ``learning_rate``.
+
+    Parameters
+    ----------
+    local_batches : int, default 10
+        Mini-batches per round (the SCKM paper: a fixed number of local steps).
+    batch_size : int, default 32
+    learning_rate : float, default 0.1
+    momentum : float, default 0.0
+    """
+
+    local_batches: int = 10
+    batch_size: int = DEFAULT_BATCH_SIZE
+    learning_rate: float = 0.1
+    momentum: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(self.local_batches >= 1, "local_batches", f"local-batches must be >= 1, got {self.local_batches}")
+        require(self.batch_size >= 1, "batch_size", f"batch-size must be >= 1, got {self.batch_size}")
+        require(self.learning_rate > 0, "learning_rate", f"need learning-rate > 0, got {self.learning_rate}")
+        require(0 <= self.momentum < 1, "momentum", f"need 0 <= momentum < 1, got {self.momentum}")
+
+
+@dataclass(frozen=True)
+class CentralEvalParams:
+    """The vision server's scoring of each round's model on the test set.
+
+    Parameters
+    ----------
+    size : int, default 0
+        Test images per evaluation, a seeded subset; 0 scores the whole test set.
+    """
+
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        require(self.size >= 0, "size", f"central-eval-size must be >= 0, got {self.size}")
