@@ -10,10 +10,10 @@ from tests.script_loader import script
 pytestmark = pytest.mark.e2e
 
 
-def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys):
+def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray_head):
     runner, figures = script("run_hk_experiments"), script("hk_figures")
     args = ["--data", "synthetic", "--profile", "smoke", "--arms", "fedavg,hk-cosine-0.75", "--seeds", "0",
-            "--supernodes", "4", "--out", str(tmp_path)]
+            "--supernodes", "4", "--out", str(tmp_path), "--ray-address", ray_head.address]
     assert runner.main(args) == 0
     base = tmp_path / "synthetic-smoke"
     for arm in ("fedavg", "hk-cosine-0.75"):

@@ -1,17 +1,19 @@
-"""Same seed, same numbers: reference runs pinned on main f9bee8a, before the composed-strategy refactor.
+"""End to end, and same seed, same numbers: real runs whose results are pinned to main f9bee8a.
 
-Each test is one real ``flwr run`` of this app in simulation.  The pinned values were measured on
-f9bee8a with ``python -m bouquet.launch . --run-config '...'`` (the water runs with the whole 179-household
-pool, as the issue states: default job settings, 3 rounds, 10 clients); they are compared to 1e-9
-relative, so a refactor that changes any arithmetic (an order of summation, a dtype) fails here.  A number
-that must move on purpose is changed in its own commit, with the reason.
+Each test is one real ``flwr run`` of this app in simulation (``run_app`` in conftest.py) and checks
+both what the run writes (the results folder, the console lines) and its numbers.  The pinned values
+were measured on f9bee8a, before the composed-strategy refactor, with ``python -m bouquet.launch .
+--run-config '...'`` (the water runs with the whole 179-household pool, as the issue states: default job
+settings, 3 rounds, 10 clients); they are compared to 1e-9 relative, so a change of any arithmetic (an
+order of summation, a dtype) fails here.  Flower draws new node ids every run, so matching numbers also
+show that sampling and aggregation follow partition ids.  A number that must move on purpose is changed
+in its own commit, with the reason.
 """
 
-import json
-
 import numpy as np
-import pandas as pd
 import pytest
+
+from bouquet.results import RunFolder
 
 pytestmark = pytest.mark.e2e
 
@@ -23,22 +25,44 @@ SHORT_TRAINED = {1: [10, 40, 52, 88, 96, 140, 152, 158, 169, 170], 2: [13, 20, 2
 
 
 def _rounds(folder, phase, key):
-    lines = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
-    return [line[key] for line in lines if line["phase"] == phase and key in line]
+    return RunFolder(folder).series(phase, key)
 
 
 def _partitions(folder, table):
-    frame = pd.read_csv(folder / f"{table}.csv")
+    frame = RunFolder(folder).table(table)
     return {int(r): sorted(group["partition-id"].astype(int)) for r, group in frame.groupby("round")}
 
 
 def _check_water(folder, mae_mean, mae_std, mse_mean, train_loss, evaluate_mse):
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = RunFolder(folder).summary()
     np.testing.assert_allclose([summary["mae-litres-mean"], summary["mae-litres-std"], summary["mse-mean"]],
                                [mae_mean, mae_std, mse_mean], rtol=RTOL)
     np.testing.assert_allclose(_rounds(folder, "train", "train-loss"), train_loss, rtol=RTOL)
     np.testing.assert_allclose(_rounds(folder, "evaluate", "mse"), evaluate_mse, rtol=RTOL)
     return summary
+
+
+def _check_results_folder(folder, stdout, strategy, rounds, clients):
+    """What every water run writes: config, rounds, per-client tables, the pool, forecasts, summary."""
+    run = RunFolder(folder)
+    assert f"bouquet summary: {strategy}, {rounds} rounds, {clients} clients" in stdout
+    config = run.config()
+    assert config["num-server-rounds"] == rounds and config["strategy"] == strategy
+    assert [r["round"] for r in run.rounds("train")] == list(range(1, rounds + 1))
+    assert [r["round"] for r in run.rounds("evaluate")] == list(range(1, rounds + 1))
+    assert all(r["rejected"] == 0 and r["lost-nodes"] == [] for r in run.rounds("train"))
+    final = run.table("clients")
+    assert sorted(final["partition-id"]) == list(range(clients))
+    assert final["mae-litres"].gt(0).all() and final["num-examples"].gt(0).all()
+    pool = run.table("pool")
+    assert set(final["household"]) <= set(pool.loc[pool["status"] == "pool", "household"])
+    predictions = run.table("predictions")
+    assert sorted(predictions["partition-id"].unique()) == list(range(clients))
+    per_client = predictions.assign(err=(predictions["predicted-litres"] - predictions["actual-litres"]).abs())
+    np.testing.assert_allclose(per_client.groupby("partition-id")["err"].mean().to_numpy(),
+                               final.sort_values("partition-id")["mae-litres"].to_numpy(), rtol=1e-6)
+    assert run.summary()["clients-evaluated"] == clients
+    assert run.summary()["mae-litres-mean"] == pytest.approx(final["mae-litres"].mean())
 
 
 @pytest.mark.parametrize("extra, reference", [
@@ -48,18 +72,36 @@ def _check_water(folder, mae_mean, mae_std, mse_mean, train_loss, evaluate_mse):
     ('strategy="fedprox"', (179.41636926694264, 141.16109112121353, 0.02060780344703309,
                             [0.013669070820893098, 0.014516031793678042, 0.013227977522370375],
                             [0.024717069596964687, 0.02146169430835851, 0.0206078034470331])),
-    ('hk-opinion-space="updates" hk-tau=0.9', (175.75146837565512, 149.64931773789826, 0.020931315771378,
+    ('hk-opinion-space="updates" hk-tau=0.9 hk-record-trajectories=true', (175.75146837565512, 149.64931773789826, 0.020931315771378,
                                                [0.013601991393935788, 0.013918937412405035, 0.012843872796986674],
                                                [0.024073024503876782, 0.021118408818257783, 0.020931315771378])),
 ], ids=["hk-cosine", "fedprox", "hk-updates-0.9"])
 def test_short_water_runs_on_the_whole_pool(run_app, extra, reference):
-    folder, _ = run_app(f"{SHORT} {extra}", supernodes=179)
-    summary = _check_water(folder, *reference)
-    assert summary["clients-evaluated"] == 179
+    folder, stdout = run_app(f"{SHORT} {extra}", supernodes=179)
+    _check_water(folder, *reference)
+    _check_results_folder(folder, stdout, "fedprox" if "fedprox" in extra else "hk-cosine", 3, 179)
     assert _partitions(folder, "train_clients") == SHORT_TRAINED
-    if "updates" in extra:
-        assert _rounds(folder, "train", "coalition-sizes") == [[10], [6, 3, 1], [3, 2, 1, 1, 1, 1, 1]]
-        assert _rounds(folder, "train", "hk-steps") == [4, 3, 2]
+    mse = _rounds(folder, "evaluate", "mse")
+    assert mse[-1] < mse[0]  # the held-out loss went down
+    if "updates" not in extra:
+        return
+    # HK on updates: coalitions per round, each client's coalition in coalitions.csv, trajectories
+    assert "HK cosine tau=0.9 -> K=3 coalitions, sizes [6, 3, 1]" in stdout
+    assert _rounds(folder, "train", "coalition-sizes") == [[10], [6, 3, 1], [3, 2, 1, 1, 1, 1, 1]]
+    assert _rounds(folder, "train", "hk-steps") == [4, 3, 2]
+    run = RunFolder(folder)
+    coalitions = run.table("coalitions")
+    assert coalitions.groupby("round").size().tolist() == [10, 10, 10]
+    for record in run.rounds("train"):
+        members = coalitions[coalitions["round"] == record["round"]]
+        assert record["coalitions"] == members["coalition"].nunique()
+        assert sorted(members.groupby("coalition").size(), reverse=True) == record["coalition-sizes"]
+        assert sorted(members["partition-id"]) == SHORT_TRAINED[record["round"]]
+    files = run.trajectory_files()
+    assert [f.name for f in files] == ["round-001.npz", "round-002.npz", "round-003.npz"]
+    with np.load(files[1]) as stored:
+        projection, labels = stored["projection"], stored["labels"]
+    assert projection.shape == (3 + 1, 10, 2) and len(set(labels.tolist())) == 3
 
 
 def test_fedavg_with_seeded_evaluators(run_app):
@@ -73,14 +115,37 @@ def test_fedavg_with_seeded_evaluators(run_app):
 
 
 def test_vision_sckm_cluster_with_hk(run_app):
-    folder, _ = run_app('task="vision" selection="sckm-cluster" strategy="hk-cosine" num-server-rounds=2 '
-                        "clients-per-round=3 shards-per-client=1", supernodes=6)
+    """SCKM-Cluster chooses, HK cosine aggregates: one run-config change on the vision task."""
+    folder, stdout = run_app('task="vision" selection="sckm-cluster" strategy="hk-cosine" num-server-rounds=2 '
+                             "clients-per-round=3 shards-per-client=1", supernodes=6)
     np.testing.assert_allclose(_rounds(folder, "central", "loss"),
                                [2.3017205132378473, 2.470195855034722, 2.437236022949219], rtol=RTOL)
     np.testing.assert_allclose(_rounds(folder, "train", "train-loss"),
                                [1.5974981009960174, 1.3832785288492837], rtol=RTOL)
     assert _rounds(folder, "select", "cluster-budgets") == [[2, 1], [1, 2]]
     assert _partitions(folder, "train_clients") == {1: [2, 3, 5], 2: [0, 1, 4]}
+    assert "sckm-cluster selected 3 of 6 candidates" in stdout and "HK cosine tau=0.75 -> K=" in stdout
+    run = RunFolder(folder)
+    select, train, central = run.rounds("select"), run.rounds("train"), run.rounds("central")
+    assert [r["round"] for r in select] == [1, 2] and all(r["candidates"] == 6 for r in select)
+    assert all(r["query-failed"] == [] and 0 < r["sketch-over-model"] < 0.02 for r in select)
+    assert all(sum(r["cluster-budgets"]) == 3 and 1 <= r["clusters"] <= 3 for r in select)
+    assert all(r["replies"] == 3 and r["rejected"] == 0 for r in train)
+    assert [r["round"] for r in central] == [0, 1, 2] and all(0 <= r["accuracy"] <= 1 for r in central)
+    summary = run.summary()
+    assert summary["clusters-per-round"] == [r["clusters"] for r in select]
+    assert summary["c-star"] == int(np.floor(np.mean(summary["clusters-per-round"])))
+    curve = summary["accuracy-per-round"]
+    best = int(np.argmax(curve))
+    assert len(curve) == 3
+    assert (f"rounds: final test accuracy {100 * curve[-1]:.2f} % (best {100 * curve[best]:.2f} % at round {best})"
+            in stdout)
+    selection = run.table("selection")
+    assert len(selection) == 12 and selection.groupby("round")["selected"].sum().tolist() == [3, 3]
+    coalitions = run.table("coalitions")
+    for r in (1, 2):  # HK aggregated exactly the nodes SCKM-Cluster selected
+        chosen = set(selection[(selection["round"] == r) & selection["selected"]]["node_id"].astype("uint64"))
+        assert set(coalitions[coalitions["round"] == r]["node_id"].astype("uint64")) == chosen
 
 
 def test_vision_piggyback_sckm_select(run_app):
@@ -94,3 +159,6 @@ def test_vision_piggyback_sckm_select(run_app):
     assert _partitions(folder, "train_clients") == {1: [0, 3], 2: [1, 2], 3: [1, 2]}
     np.testing.assert_allclose(_rounds(folder, "select", "eta-selected")[-1],
                                [1.5584804319004752, 1.3669293087203356], rtol=RTOL)
+    select = RunFolder(folder).rounds("select")
+    assert [r["explored"] for r in select] == [2, 2, 0]  # 4 unseen nodes: two rounds of exploration
+    assert all("query-seconds" not in r for r in select)  # no extra round trip
