@@ -5,7 +5,7 @@ partition it has not held lately.  This times, in one run, ``--lookups``
 shard lookups cycling over ``--clients`` partitions
 
 * as the ClientApp does them (decoded images and partition kept once per
-  worker, ``bouquet.tasks.vision._partitioned``), and
+  worker, ``bouquet.tasks.vision.partitioned_images``), and
 * with that memo cleared before every lookup (what each lookup cost before
   it existed: re-reading the decoded-image cache and re-partitioning),
 
@@ -31,13 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def time_lookups(run_config: dict, clients: int, lookups: int, memo: bool) -> float:
-    vision._partitioned.cache_clear()
+    vision.partitioned_images.cache_clear()
     vision.node_shard.cache_clear()
     config = AppConfig.from_run_config(run_config)
     started = time.perf_counter()
     for k in range(lookups):
         if not memo:
-            vision._partitioned.cache_clear()
+            vision.partitioned_images.cache_clear()
         context = SimpleNamespace(node_config={"partition-id": k % clients, "num-partitions": clients})
         client_app.node_task(config, context)
     return time.perf_counter() - started

@@ -43,7 +43,7 @@ def test_a_worker_decodes_the_images_once_for_all_the_partitions_it_serves(monke
     calls = []
     real = vision.load_images
     monkeypatch.setattr(vision, "load_images", lambda spec: calls.append(spec) or real(spec))
-    vision._partitioned.cache_clear()
+    vision.partitioned_images.cache_clear()
     vision.node_shard.cache_clear()
     config = AppConfig.from_run_config({"task": "vision", "vision-dataset": "digits", "shards-per-client": 1})
     shards = []

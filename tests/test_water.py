@@ -108,7 +108,7 @@ def test_cache_roundtrip_gives_the_same_pool(tmp_path):
 
     config = WaterDataConfig(synthetic=SyntheticConfig(n_households=40, seed=3), active_factor=0.5)
     built = load_pool(config, cache_dir=tmp_path)
-    water._MEMORY.clear()
+    water.forget_pools()
     loaded = load_pool(config, cache_dir=tmp_path)
     assert [h.household_id for h in built.households] == [h.household_id for h in loaded.households]
     for a, b in zip(built.households, loaded.households):

@@ -35,6 +35,7 @@ __all__ = [
     "WaterDataConfig",
     "WaterPool",
     "build_pool",
+    "forget_pools",
     "load_pool",
     "make_windows",
     "select_pool",
@@ -334,6 +335,11 @@ def default_cache_dir() -> Path:
 
 
 _MEMORY: dict[str, WaterPool] = {}
+
+
+def forget_pools() -> None:
+    """Drop the pools this process keeps in memory (the disk cache stays)."""
+    _MEMORY.clear()
 
 
 def load_pool(config: WaterDataConfig, cache_dir: Path | None = None) -> WaterPool:

@@ -184,7 +184,7 @@ def gradient_sketch(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], 
 
 
 @functools.lru_cache(maxsize=2)
-def _partitioned(data: VisionDataConfig, num_partitions: int) -> tuple[ImageData, list[np.ndarray]]:
+def partitioned_images(data: VisionDataConfig, num_partitions: int) -> tuple[ImageData, list[np.ndarray]]:
     """The decoded images and their client partition, once per worker process and run.
 
     A simulation worker serves many partitions in turn; re-reading the decoded image cache for each
@@ -198,7 +198,7 @@ def _partitioned(data: VisionDataConfig, num_partitions: int) -> tuple[ImageData
 def node_shard(data: VisionDataConfig, partition_id: int,
                num_partitions: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int], int]:
     """Training images and labels of client ``partition_id`` of ``num_partitions``, the image shape, classes."""
-    images, parts = _partitioned(data, num_partitions)
+    images, parts = partitioned_images(data, num_partitions)
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"partition-id {partition_id} is outside 0..{num_partitions - 1}")
     rows = parts[partition_id]
