@@ -5,10 +5,11 @@ Each message is handled the same way: the run config is parsed once (:class:`bou
 ``task``), and the handler runs it.  ``task = "water"``: the node is household ``partition-id`` of the
 federated pool (:class:`bouquet.tasks.water.WaterTask`).  ``task = "vision"``: the node holds client
 ``partition-id`` of ``num-partitions`` non-IID image partitions and trains ``local-batches`` SGD steps
-(:class:`bouquet.tasks.vision.VisionTask`); the server scores the global model centrally.  For either task
-the app answers ``query.identify`` (its partition-id, so that the server samples the same clients every
-run: :mod:`bouquet.node_identity`) and ``query.sketch`` (client selection, :mod:`bouquet.sketching`) and,
-when a training message asks for it (piggyback selection), attaches a sketch to its training reply.
+(:class:`bouquet.tasks.vision.VisionTask`).  For either task the app answers ``query.identify`` (its
+partition-id, so that the server samples the same clients every run: :mod:`bouquet.node_identity`),
+``query.sketch`` (client selection, :mod:`bouquet.sketching`) and ``query.losses`` (IFCA's choice of
+cluster, :mod:`bouquet.losses`) and, when a training message asks for it (piggyback selection),
+attaches a sketch to its training reply.  In a benchmark with known groups its replies name its group.
 
 The node's identity comes from ``context.node_config`` in simulation and from
 ``flower-supernode --node-config "partition-id=K data-path=..."`` in deployment, where ``data-path``
@@ -26,6 +27,7 @@ from flwr.clientapp import ClientApp
 
 from bouquet.config import AppConfig
 from bouquet.flower_logging import route_to_flower
+from bouquet.losses import register_loss_query
 from bouquet.node_identity import node_config_ints, partition_id, register_identity_query
 from bouquet.sketching import SketchRequest, register_sketch_query, sketch_records
 from bouquet.tasks.base import Task, task_loss
@@ -61,8 +63,11 @@ def _loaded(task: Task, arrays: ArrayRecord) -> torch.nn.Module:
 
 
 def _info(task: Task) -> ConfigRecord:
-    """Identity of the replying node, kept out of the averaged metrics."""
-    return ConfigRecord({"partition-id": task.partition_id, "household": task.household})
+    """Identity of the replying node (and its known group in a benchmark), kept out of the averaged metrics."""
+    info = {"partition-id": task.partition_id, "household": task.household}
+    if task.group:
+        info["group"] = task.group
+    return ConfigRecord(info)
 
 
 register_identity_query(app)  # the server orders nodes by partition-id: same seed, same clients
@@ -70,6 +75,9 @@ register_sketch_query(app, model_fn=lambda context: _task(context).new_model(),
                       batch_fn=lambda context, size, rng: _task(context).training_batch(size, rng),
                       num_examples_fn=lambda context: _task(context).num_examples, loss_fn=task_loss,
                       seed_fn=partition_id)
+register_loss_query(app, model_fn=lambda context: _task(context).new_model(),
+                    loss_fn=lambda context, model, examples, rng: _task(context).loss(model, examples, rng),
+                    seed_fn=partition_id)
 
 
 @app.train()

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from bouquet.algorithms.clustered import CFLParams, IFCAParams
 from bouquet.algorithms.coalitions_fixed_k import FIXED_K_GEOMETRIES, FixedKParams
 from bouquet.algorithms.hk import HKParams
 from bouquet.algorithms.selection import (
@@ -37,7 +38,13 @@ from bouquet.algorithms.selection import (
 from bouquet.data.images import VisionDataConfig
 from bouquet.data.water import WaterDataConfig
 from bouquet.params import ParamError
-from bouquet.strategies.params import CoalitionParams, ProximalParams, SamplingParams, SelectionParams
+from bouquet.strategies.params import (
+    CoalitionParams,
+    ModelStoreParams,
+    ProximalParams,
+    SamplingParams,
+    SelectionParams,
+)
 from bouquet.tasks.params import (
     PERFEDAVG_VARIANTS,
     CentralEvalParams,
@@ -55,7 +62,12 @@ TASKS = ("water", "vision")
 
 #: Strategy families and their variants (the part of the name after the family).
 _FAMILIES: dict[str, tuple[str, ...]] = {"fedavg": (), "fedprox": (), "hk": ("cosine", "euclidean", "cosine-bounded"),
-                                         "fixed-k": FIXED_K_GEOMETRIES, "perfedavg": PERFEDAVG_VARIANTS}
+                                         "fixed-k": FIXED_K_GEOMETRIES, "perfedavg": PERFEDAVG_VARIANTS,
+                                         "ifca": (), "cfl": (), "local": ()}
+#: Families whose aggregation forms coalitions (``coalition-models = "personal"`` applies to them).
+COALITION_FAMILIES = ("hk", "fixed-k")
+#: Families that serve each client its cluster's (or its own) model whatever ``coalition-models`` says.
+CLUSTER_FAMILIES = ("ifca", "cfl", "local")
 
 #: Strategy names accepted by the ``strategy`` key.
 STRATEGIES = tuple(f"{family}-{variant}" if variant else family
@@ -171,11 +183,15 @@ _SECTIONS = (
     _Section("water_train", TrainSettings, rename={"epochs": "local-epochs"}),
     _Section("vision_data", VisionDataConfig,
              rename={"dataset": "vision-dataset", "path": "vision-data-path", "partitioner": "vision-partitioner",
-                     "seed": "data-seed"}),
+                     "seed": "data-seed", "groups": "vision-groups", "num_groups": "vision-num-groups",
+                     "client_test_size": "vision-client-test-size"}),
     _Section("vision_model", VisionModelParams, rename={"name": "vision-model"}),
     _Section("vision_train", VisionTrainSettings, rename={"learning_rate": "vision-learning-rate",
                                                           "momentum": "vision-momentum"}),
-    _Section("central", CentralEvalParams, rename={"size": "central-eval-size"}),
+    _Section("central", CentralEvalParams, rename={"size": "central-eval-size", "mode": "vision-evaluation"}),
+    _Section("store", ModelStoreParams, rename={"coalition_models": "coalition-models"}),
+    _Section("ifca", IFCAParams, prefix="ifca-"),
+    _Section("cfl", CFLParams, prefix="cfl-"),
     _Section("sckm_select", SCKMSelectSelector, rename={"layer_combine": "sckm-layer-combine"}),
     _Section("sckm_cluster", SCKMClusterSelector, prefix="sckm-"),
     _Section("power_of_choice", PowerOfChoiceSelector, prefix="pow-"),
@@ -185,6 +201,7 @@ _SECTIONS = (
 
 #: Nested fields of the water data (``data-seed`` also seeds the vision partition).
 _NESTED = (Key("synthetic-households", "water_data", ("synthetic", "n_households")),
+           Key("synthetic-types", "water_data", ("synthetic", "household_types")),
            Key("data-seed", "water_data", ("synthetic", "seed")),
            Key("max-flow-litres-per-hour", "water_data", ("cleaning", "max_flow_litres_per_hour")),
            Key("max-spread-hours", "water_data", ("cleaning", "max_spread_hours")),
@@ -282,8 +299,8 @@ class AppConfig:
     ``selection``, ``coalitions``, ``proximal`` (:mod:`bouquet.strategies.params`), ``hk``
     (:class:`bouquet.algorithms.hk.HKParams`, ``None`` unless the strategy is HK), ``fixed_k``,
     ``perfedavg``, ``water_data``, ``water_model``, ``water_train``, ``vision_data``, ``vision_model``,
-    ``vision_train``, ``central`` and the selectors' parameters (``sckm_select``, ``sckm_cluster``,
-    ``power_of_choice``, ``afl``, ``fedcor``).  Every key, its section and default: :meth:`describe_keys`.
+    ``vision_train``, ``central``, ``store`` (shared or per-coalition models), ``ifca``, ``cfl`` and the
+    selectors' parameters (``sckm_select``, ``sckm_cluster``, ``power_of_choice``, ``afl``, ``fedcor``).  Every key, its section and default: :meth:`describe_keys`.
     """
 
     run: RunParams = field(default_factory=RunParams)
@@ -301,6 +318,9 @@ class AppConfig:
     vision_model: VisionModelParams = field(default_factory=VisionModelParams)
     vision_train: VisionTrainSettings = field(default_factory=VisionTrainSettings)
     central: CentralEvalParams = field(default_factory=CentralEvalParams)
+    store: ModelStoreParams = field(default_factory=ModelStoreParams)
+    ifca: IFCAParams = field(default_factory=IFCAParams)
+    cfl: CFLParams = field(default_factory=CFLParams)
     sckm_select: SCKMSelectSelector = field(default_factory=SCKMSelectSelector)
     sckm_cluster: SCKMClusterSelector = field(default_factory=SCKMClusterSelector)
     power_of_choice: PowerOfChoiceSelector = field(default_factory=PowerOfChoiceSelector)
@@ -319,6 +339,15 @@ class AppConfig:
             raise ConfigError(f"hk geometry {self.hk.geometry!r} differs from strategy {spec.name!r}")
         if self.run.task == "vision" and spec.family == "perfedavg":
             raise ConfigError("Per-FedAvg is implemented for the water task only")
+        if self.store.coalition_models == "personal" and spec.family not in (*COALITION_FAMILIES, *CLUSTER_FAMILIES):
+            raise ConfigError(f"run-config 'coalition-models': 'personal' serves each coalition its model, but "
+                              f"strategy {spec.name!r} forms no coalitions (use hk-* or fixed-k-*)")
+        if spec.family == "ifca" and self.ifca.k > self.sampling.clients_per_round:
+            raise ConfigError(f"run-config 'ifca-k': {self.ifca.k} clusters is more than the "
+                              f"{self.sampling.clients_per_round} clients per round (clients-per-round)")
+        if spec.family == "ifca" and self.run.selection != "random":
+            raise ConfigError(f"run-config 'selection': IFCA draws its clients itself (uniformly) and assigns them "
+                              f"by loss; selection {self.run.selection!r} cannot be combined with it")
 
     # ------------------------------------------------------------ derived
     @property

@@ -42,10 +42,12 @@ from bouquet.flower_logging import route_to_flower
 from bouquet.messages import MessageFactory, flower_message
 from bouquet.results import RunRecorder
 from bouquet.strategies.aggregation import Aggregator, Coalitions, FixedKRule, HKRule, WeightedMean
+from bouquet.strategies.clustered import CFLClusters, ClusterMeans, IFCASampler, LocalModels, ifca_models
 from bouquet.strategies.entries import ProximalTerm
+from bouquet.strategies.models import AssignedModels, ModelStore, SharedModel
 from bouquet.strategies.observers import ConsoleLines, Observer, Recorder, RecorderObserver, TrajectoryWriter
 from bouquet.strategies.params import CoalitionParams
-from bouquet.strategies.sampling import UniformSampler
+from bouquet.strategies.sampling import Sampler, UniformSampler
 from bouquet.strategies.selection import SketchSelection
 from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.tasks.vision import accuracy, batch_indices, make_model
@@ -65,21 +67,41 @@ def _aggregator(config: AppConfig) -> Aggregator:
     if family == "fixed-k":  # fixed-K partitions the trained models: the paper's baseline, no opinion space
         return Coalitions(FixedKRule(config.fixed_k),
                           CoalitionParams(barycenter_weighting=config.coalitions.barycenter_weighting))
+    if family == "ifca":
+        return ClusterMeans()
+    if family == "cfl":
+        return CFLClusters(config.cfl)
+    if family == "local":
+        return LocalModels()
     return WeightedMean()  # fedavg, fedprox, and Per-FedAvg (whose difference is on the clients)
 
 
-def build_strategy(config: AppConfig, recorder: RunRecorder | None = None) -> BouquetStrategy:
+def _models(config: AppConfig, cluster_models: list[ArrayRecord] | None) -> ModelStore:
+    family = config.spec.family
+    if family == "ifca":
+        return ifca_models(config.ifca, config.sampling.seed, cluster_models)
+    if family in ("cfl", "local") or config.store.coalition_models == "personal":
+        return AssignedModels()
+    return SharedModel()
+
+
+def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
+                   cluster_models: list[ArrayRecord] | None = None) -> BouquetStrategy:
     """The app's strategy: a sampler (``selection``) and an aggregator (``strategy``), composed freely.
 
     With a recorder, the run folder receives every round's records and, when HK trajectories are
-    recorded, ``trajectories/round-NNN.npz``.
+    recorded, ``trajectories/round-NNN.npz``.  ``cluster_models`` are IFCA's K initial models (default:
+    the initial model perturbed K times).
     """
-    # the vision task scores the global model centrally; every node of the app is waited for one at a time
+    # the vision task scores the global model centrally unless its clients evaluate; every node of the app
+    # is waited for one at a time
+    central_only = config.run.task == "vision" and config.central.mode == "central"
     sampling = dataclasses.replace(config.sampling, min_evaluate_nodes=1, min_available_nodes=1,
-                                   fraction_evaluate=0.0 if config.run.task == "vision"
-                                   else config.sampling.fraction_evaluate)
-    if config.run.selection == "random":
-        sampler: UniformSampler | SketchSelection = UniformSampler(sampling)
+                                   fraction_evaluate=0.0 if central_only else config.sampling.fraction_evaluate)
+    if config.spec.family == "ifca":
+        sampler: Sampler = IFCASampler(config.ifca, sampling, config.selection.query_timeout)
+    elif config.run.selection == "random":
+        sampler = UniformSampler(sampling)
     else:
         sampler = SketchSelection(config.selector(), sampling, config.selection)
     entries = (ProximalTerm(config.proximal),) if config.spec.family == "fedprox" else ()
@@ -88,20 +110,26 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None) -> Bo
         observers.append(RecorderObserver(recorder))
         if config.spec.family == "hk" and config.coalitions.record_trajectories:
             observers.append(TrajectoryWriter(recorder.folder / "trajectories"))
-    return BouquetStrategy(sampler=sampler, aggregator=_aggregator(config), train_config=entries, observers=observers)
+    return BouquetStrategy(sampler=sampler, aggregator=_aggregator(config), models=_models(config, cluster_models),
+                           train_config=entries, observers=observers)
 
 
-def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float, recorder: RunRecorder | None = None,
+def evaluate_every_node(grid: Grid, served: dict[int, tuple[str, ArrayRecord]], timeout: float,
+                        recorder: RunRecorder | None = None,
                         new_message: MessageFactory = flower_message) -> list[dict[str, Any]]:
-    """Evaluate ``arrays`` on every connected node; one row per replying node.
+    """Evaluate on every node in ``served`` the model it is served (``node -> (store key, arrays)``).
 
-    Nodes that return forecasts (``predictions`` ArrayRecord) have them
-    appended to ``predictions.csv`` (partition id, household, day, actual and
-    predicted litres).
+    One row per replying node, with the key of its model (``model``).  Nodes that return forecasts
+    (``predictions`` ArrayRecord) have them appended to ``predictions.csv`` (partition id, household,
+    day, actual and predicted litres).
     """
-    nodes = sorted(grid.get_node_ids())
-    record = RecordDict({"arrays": arrays, "config": ConfigRecord({"final": True})})
-    messages = [new_message(record, "evaluate", n, "final") for n in nodes]
+    config = ConfigRecord({"final": True})
+    contents: dict[str, RecordDict] = {}
+    messages = []
+    for node, (key, arrays) in served.items():
+        if key not in contents:
+            contents[key] = RecordDict({"arrays": arrays, "config": config})
+        messages.append(new_message(contents[key], "evaluate", node, "final"))
     answered = []
     for reply in grid.send_and_receive(messages, timeout=timeout):
         if reply.has_error():
@@ -110,6 +138,7 @@ def evaluate_every_node(grid: Grid, arrays: ArrayRecord, timeout: float, recorde
         row: dict[str, Any] = {"node_id": reply.metadata.src_node_id}
         row.update(dict(reply.content.config_records["info"]))
         row.update(dict(reply.content.metric_records["metrics"]))
+        row["model"] = served[reply.metadata.src_node_id][0] if reply.metadata.src_node_id in served else ""
         answered.append((row, reply))
     rows = []
     # in partition order, not arrival order, so that predictions.csv is the same file in every run
@@ -173,6 +202,17 @@ def _selection_summary(config: AppConfig, strategy: BouquetStrategy) -> dict[str
     return summary
 
 
+def _cluster_models(config: AppConfig, new_model: Callable[[], torch.nn.Module]) -> list[ArrayRecord] | None:
+    """IFCA's K initial models, each from its own torch seed ``[seed, cluster]`` (None for other strategies)."""
+    if config.spec.family != "ifca":
+        return None
+    models = []
+    for cluster in range(int(config.ifca.k)):
+        torch.manual_seed(int(np.random.default_rng([config.sampling.seed, cluster, 11]).integers(2**31)))
+        models.append(ArrayRecord(new_model().state_dict()))
+    return models
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run ``num-server-rounds`` rounds and write the run folder."""
@@ -183,46 +223,65 @@ def main(grid: Grid, context: Context) -> None:
     recorder = RunRecorder.create(run.results_dir, run.run_name, label=label)
     recorder.write_json("config.json", config.to_run_config())
     log.info("bouquet: results in %s", recorder.folder)
-    strategy = build_strategy(config, recorder)
     if run.task == "vision":
-        _run_vision(grid, config, strategy, recorder, started)
+        _run_vision(grid, config, recorder, started)
     else:
-        _run_water(grid, config, strategy, recorder, started)
+        _run_water(grid, config, recorder, started)
 
 
-def _run_vision(grid: Grid, config: AppConfig, strategy: BouquetStrategy, recorder: RunRecorder,
-                started: float) -> None:
+def _final_clients(grid: Grid, config: AppConfig, strategy: BouquetStrategy, recorder: RunRecorder) -> list[dict]:
+    """Every node evaluates the model it is served; rows to ``clients.csv`` (with the model's key)."""
+    rows = evaluate_every_node(grid, strategy.serve(grid), timeout=config.run.round_timeout, recorder=recorder)
+    recorder.append_rows("clients", rows)
+    return rows
+
+
+def _run_vision(grid: Grid, config: AppConfig, recorder: RunRecorder, started: float) -> None:
     run = config.run
     initial, evaluate = central_evaluation(config, recorder)
-    result = strategy.start(grid=grid, initial_arrays=initial,
-                            num_rounds=run.num_server_rounds, timeout=run.round_timeout, evaluate_fn=evaluate)
+    images = load_images(config.vision_data)
+    clusters = _cluster_models(config, lambda: make_model(config.vision_model.name, images.shape, len(images.classes)))
+    strategy = build_strategy(config, recorder, clusters)
+    central = config.central.mode in ("central", "both")
+    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=run.num_server_rounds,
+                            timeout=run.round_timeout, evaluate_fn=evaluate if central else None)
     curve = {int(r): float(m["accuracy"]) for r, m in result.evaluate_metrics_serverapp.items()}
-    summary = {"task": "vision", "strategy": run.strategy, "rounds": run.num_server_rounds,
-               "accuracy-per-round": [curve[r] for r in sorted(curve)],
-               "final-accuracy": curve[max(curve)] if curve else None,
-               **_selection_summary(config, strategy), "wall-seconds": time.time() - started}
+    summary: dict[str, Any] = {"task": "vision", "strategy": run.strategy, "rounds": run.num_server_rounds,
+                               "accuracy-per-round": [curve[r] for r in sorted(curve)],
+                               "final-accuracy": curve[max(curve)] if curve else None}
+    if config.central.mode != "central":  # the clients score the models they are served
+        client_curve = {int(r): float(m["accuracy"]) for r, m in result.evaluate_metrics_clientapp.items()}
+        rows = _final_clients(grid, config, strategy, recorder)
+        final = np.array([r["accuracy"] for r in rows])
+        summary |= {"client-accuracy-per-round": [client_curve[r] for r in sorted(client_curve)],
+                    "clients-evaluated": len(rows),
+                    "client-accuracy-mean": float(final.mean()) if len(final) else None,
+                    "client-accuracy-std": float(final.std()) if len(final) else None}
+    summary |= {**_selection_summary(config, strategy), "wall-seconds": time.time() - started}
     recorder.write_json("summary.json", summary)
     if curve:
         best = max(sorted(curve), key=curve.get)  # the earliest round with the highest accuracy
         accuracy_text = f"final test accuracy {100 * curve[max(curve)]:.2f} % (best {100 * curve[best]:.2f} % " \
                         f"at round {best})"
+    elif summary.get("client-accuracy-mean") is not None:
+        accuracy_text = (f"clients' accuracy with the model each is served {100 * summary['client-accuracy-mean']:.2f}"
+                         f" +- {100 * summary['client-accuracy-std']:.2f} % ({summary['clients-evaluated']} clients)")
     else:
         accuracy_text = "no test accuracy (no round evaluated)"
     log.info("bouquet summary: vision, %s + %s, %d rounds: %s; %s", summary["selection"], run.strategy,
              run.num_server_rounds, accuracy_text, recorder.folder)
 
 
-def _run_water(grid: Grid, config: AppConfig, strategy: BouquetStrategy, recorder: RunRecorder,
-               started: float) -> None:
+def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: float) -> None:
     run = config.run
     _write_pool(config, recorder)
     torch.manual_seed(config.sampling.seed)
-    model = LSTMForecaster(config.water_model.hidden_size, config.water_model.num_layers)
-    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
-                            num_rounds=run.num_server_rounds, timeout=run.round_timeout)
+    new_model = lambda: LSTMForecaster(config.water_model.hidden_size, config.water_model.num_layers)
+    initial = ArrayRecord(new_model().state_dict())
+    strategy = build_strategy(config, recorder, _cluster_models(config, new_model))
+    strategy.start(grid=grid, initial_arrays=initial, num_rounds=run.num_server_rounds, timeout=run.round_timeout)
 
-    rows = evaluate_every_node(grid, result.arrays, timeout=run.round_timeout, recorder=recorder)
-    recorder.append_rows("clients", rows)
+    rows = _final_clients(grid, config, strategy, recorder)
     mae = np.array([r["mae-litres"] for r in rows])
     mse = np.array([r["mse"] for r in rows])
     summary = {

@@ -21,7 +21,8 @@ def household_csv(path, household="home-1", days=60, litres_per_hour=5):
 def test_node_file_with_one_household_is_that_household(tmp_path):
     path = household_csv(tmp_path / "own.csv")
     config = AppConfig.from_run_config({"data-source": "daiad", "min-history-days": 30})  # active-factor stays 1.6
-    household, windows = node_windows(config.water_data, 7, str(path))
+    household, windows, group = node_windows(config.water_data, 7, str(path))
+    assert group == ""  # a real meter file: no known type
     assert household == "home-1"
     assert len(windows.y_train) + len(windows.y_test) == 60 - 12  # day 1 has 23 covered hours: kept, scaled
     np.testing.assert_allclose(windows.to_litres(windows.y_test), 120.0)

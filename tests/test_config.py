@@ -114,3 +114,31 @@ def test_daiad_source_without_path_is_allowed_for_per_node_paths():
 def test_baseline_parameters(key, value, message):
     with pytest.raises(ConfigError, match=message):
         AppConfig.from_run_config({key: value})
+
+
+@pytest.mark.parametrize("run_config, key, message", [
+    ({"coalition-models": "personal", "strategy": "fedavg"}, "coalition-models", "forms no coalitions"),
+    ({"coalition-models": "private"}, "coalition-models", "must be one of"),
+    ({"strategy": "ifca", "ifca-k": 5, "clients-per-round": 4}, "ifca-k", "more than the 4 clients per round"),
+    ({"strategy": "ifca", "selection": "sckm-select"}, "selection", "cannot be combined"),
+    ({"cfl-eps1": 0.0}, "cfl-eps1", "must be > 0"),
+    ({"cfl-eps2": -1.0}, "cfl-eps2", "must be > 0"),
+    ({"cfl-min-size": 1}, "cfl-min-size", "must be >= 2"),
+    ({"synthetic-types": "family,castle"}, "synthetic-types", "must name types among"),
+    ({"vision-groups": "shuffle"}, "vision-groups", "must be one of"),
+    ({"vision-evaluation": "nowhere"}, "vision-evaluation", "must be one of"),
+])
+def test_clustered_fl_keys_refuse_bad_values_by_name(run_config, key, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        AppConfig.from_run_config(run_config)
+    assert f"run-config {key!r}" in str(error.value)
+
+
+def test_personal_models_and_the_clustered_peers_are_valid_configs():
+    assert AppConfig.from_run_config({"coalition-models": "personal"}).store.coalition_models == "personal"
+    assert AppConfig.from_run_config({"strategy": "fixed-k-cosine", "coalition-models": "personal"}).spec.family == \
+        "fixed-k"
+    from bouquet.config import StrategySpec
+
+    for family in ("ifca", "cfl", "local"):
+        assert AppConfig.from_run_config({"strategy": family}).spec == StrategySpec(family, family)

@@ -96,7 +96,7 @@ def test_image_folder_errors_are_clear(tmp_path):
     with pytest.raises(ValueError, match="no 'test' folder"):
         load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "x")))
     with pytest.raises(ValueError, match="partitioner"):
-        VisionDataConfig(partitioner="iid")
+        VisionDataConfig(partitioner="random")
 
 
 def test_models_have_the_documented_sizes_and_refuse_wrong_inputs():

@@ -41,18 +41,42 @@ import numpy as np
 
 from bouquet.params import require
 
-__all__ = ["ImageData", "VisionDataConfig", "dirichlet_partition", "load_images", "partition", "shard_partition"]
+__all__ = ["GROUPINGS", "ImageData", "VisionDataConfig", "client_test_rows", "dirichlet_partition", "group_of",
+           "group_permutation", "grouped", "iid_partition", "load_images", "partition", "shard_partition"]
 
 log = logging.getLogger(__name__)
 
 DATASETS = ("digits", "imagefolder")
-PARTITIONERS = ("shards", "dirichlet")
+PARTITIONERS = ("shards", "dirichlet", "iid")
+#: Benchmarks with known client groups: none, rotated images (90 degrees x group), permuted labels.
+GROUPINGS = ("none", "rotate", "permute")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
 
 
 @dataclass(frozen=True)
 class VisionDataConfig:
-    """Where the images come from and how they are split over clients."""
+    """Where the images come from, how they are split over clients, and the clients' known groups.
+
+    Parameters
+    ----------
+    dataset : {"digits", "imagefolder"}, default "digits"
+    path : str
+        The ImageFolder folder or ``.tar.gz`` (``imagefolder``).
+    partitioner : {"shards", "dirichlet", "iid"}, default "shards"
+        Label-sorted shards (the SCKM paper), Dirichlet label proportions, or an IID split.
+    shards_per_client : int, default 2
+    dirichlet_alpha : float, default 0.5
+    seed : int, default 0
+        Seeds the partition, the label permutations and the clients' test subsets.
+    groups : {"none", "rotate", "permute"}, default "none"
+        Known client groups (the clustered-FL benchmarks): client ``k`` is in group ``k % num_groups``;
+        ``rotate`` turns its images by ``90 x group`` degrees, ``permute`` maps its labels through a
+        seeded permutation per group (group 0 unchanged).
+    num_groups : int, default 4
+    client_test_size : int, default 0
+        Test images each client holds (a seeded subset of the test set, in its group's form) for
+        evaluation on the clients; 0: none (the server scores models centrally).
+    """
 
     dataset: str = "digits"
     path: str = ""
@@ -60,6 +84,9 @@ class VisionDataConfig:
     shards_per_client: int = 2
     dirichlet_alpha: float = 0.5
     seed: int = 0
+    groups: str = "none"
+    num_groups: int = 4
+    client_test_size: int = 0
 
     def __post_init__(self) -> None:
         require(self.dataset in DATASETS, "dataset", f"vision-dataset must be one of {DATASETS}, got {self.dataset!r}")
@@ -70,6 +97,10 @@ class VisionDataConfig:
         require(self.shards_per_client >= 1, "shards_per_client",
                 f"shards-per-client must be >= 1, got {self.shards_per_client}")
         require(self.dirichlet_alpha > 0, "dirichlet_alpha", f"dirichlet-alpha must be > 0, got {self.dirichlet_alpha}")
+        require(self.groups in GROUPINGS, "groups", f"vision-groups must be one of {GROUPINGS}, got {self.groups!r}")
+        require(self.num_groups >= 1, "num_groups", f"vision-num-groups must be >= 1, got {self.num_groups}")
+        require(self.client_test_size >= 0, "client_test_size",
+                f"vision-client-test-size must be >= 0, got {self.client_test_size}")
 
 
 @dataclass(frozen=True)
@@ -224,9 +255,51 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float, rng:
     raise ValueError(f"no Dirichlet({alpha}) draw gave every client {min_size} samples in {max_tries} tries")
 
 
+def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """A seeded random split of ``num_samples`` into ``num_clients`` parts of (nearly) equal size."""
+    if not 1 <= num_clients <= num_samples:
+        raise ValueError(f"need 1 <= num_clients <= {num_samples} samples, got {num_clients}")
+    return [np.sort(part) for part in np.array_split(rng.permutation(num_samples), num_clients)]
+
+
 def partition(labels: np.ndarray, num_clients: int, config: VisionDataConfig) -> list[np.ndarray]:
     """The configured partition of ``labels`` over ``num_clients`` (seeded by ``config.seed``)."""
     rng = np.random.default_rng([config.seed, num_clients])
     if config.partitioner == "shards":
         return shard_partition(labels, num_clients, config.shards_per_client, rng)
+    if config.partitioner == "iid":
+        return iid_partition(len(labels), num_clients, rng)
     return dirichlet_partition(labels, num_clients, config.dirichlet_alpha, rng)
+
+
+# ----------------------------------------------------------- known groups
+def group_of(partition_id: int, config: VisionDataConfig) -> int | None:
+    """Client ``partition_id``'s group (``partition_id % num_groups``), or None without groups."""
+    return None if config.groups == "none" else partition_id % config.num_groups
+
+
+def group_permutation(group: int, num_classes: int, seed: int) -> np.ndarray:
+    """The label map of ``group`` (identity for group 0, else a seeded permutation)."""
+    if group == 0:
+        return np.arange(num_classes)
+    return np.random.default_rng([seed, 17, group]).permutation(num_classes)
+
+
+def grouped(x: np.ndarray, y: np.ndarray, group: int | None, num_classes: int,
+            config: VisionDataConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Images and labels as a client of ``group`` sees them (unchanged without groups).
+
+    ``rotate``: each image (N, C, H, W) turned by ``group`` quarter turns; ``permute``: labels mapped by
+    :func:`group_permutation`.  Inputs are not modified.
+    """
+    if group is None or config.groups == "none":
+        return x, y
+    if config.groups == "rotate":
+        return np.ascontiguousarray(np.rot90(x, k=group, axes=(2, 3))), y
+    return x, group_permutation(group, num_classes, config.seed)[y]
+
+
+def client_test_rows(num_test: int, partition_id: int, config: VisionDataConfig) -> np.ndarray:
+    """The test-set rows client ``partition_id`` evaluates on (``client_test_size`` of them, seeded)."""
+    size = min(config.client_test_size, num_test)
+    return np.sort(np.random.default_rng([config.seed, 3, partition_id]).choice(num_test, size=size, replace=False))

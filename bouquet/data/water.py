@@ -52,11 +52,15 @@ class InsufficientDataError(ValueError):
 
 @dataclass(frozen=True)
 class HouseholdDaily:
-    """Daily litres of one household; ``litres[k]`` is day ``first_day + k`` (NaN = missing)."""
+    """Daily litres of one household; ``litres[k]`` is day ``first_day + k`` (NaN = missing).
+
+    ``group`` is the household's known type in a benchmark with known groups (else empty).
+    """
 
     household_id: str
     first_day: np.datetime64
     litres: np.ndarray
+    group: str = ""
 
     @property
     def valid_days(self) -> int:
@@ -245,6 +249,13 @@ class WaterPool:
     def __len__(self) -> int:
         return len(self.households)
 
+    def group_of(self, partition_id: int) -> str:
+        """The known group (household type) of pool member ``partition_id``; empty when not known."""
+        if "group" not in self.report.columns:
+            return ""
+        row = self.report[self.report["partition_id"] == partition_id]
+        return "" if row.empty or pd.isna(row["group"].iloc[0]) else str(row["group"].iloc[0])
+
     def client(self, partition_id: int, config: WaterDataConfig) -> ClientWindows:
         """Windows of pool member ``partition_id``."""
         if not 0 <= partition_id < len(self.households):
@@ -272,6 +283,8 @@ def select_pool(households: list[HouseholdDaily], config: WaterDataConfig) -> Wa
         row = {"household": household.household_id, "mean_litres_per_day": hourly * 24,
                "valid_days": household.valid_days, "history_days": household.history_days,
                "train_windows": 0, "test_windows": 0}
+        if any(h.group for h in households):
+            row["group"] = household.group
         if hourly < threshold:
             row["status"] = f"inactive (mean {hourly:.2f} L/h < {threshold:.2f} L/h)"
         elif household.history_days < config.min_history_days:
@@ -306,7 +319,8 @@ def select_pool(households: list[HouseholdDaily], config: WaterDataConfig) -> Wa
 def read_households(config: WaterDataConfig) -> tuple[list[HouseholdDaily], pd.DataFrame | None]:
     """Daily series of every household of the source, and the cleaning report (DAIAD only)."""
     if config.source == "synthetic":
-        households = [HouseholdDaily(h.household_id, h.first_day, h.daily)
+        typed = bool(config.synthetic.types)
+        households = [HouseholdDaily(h.household_id, h.first_day, h.daily, h.archetype if typed else "")
                       for h in generate_population(config.synthetic)]
         return households, None
     daily, cleaning = clean_to_daily(read_daiad(config.path), config.cleaning)

@@ -30,18 +30,23 @@ _EXPORTS = {
     "UniformSampler": "sampling", "NodeOrder": "sampling",
     "SketchSelection": "selection",
     "WeightedMean": "aggregation", "Coalitions": "aggregation", "HKRule": "aggregation", "FixedKRule": "aggregation",
-    "SharedModel": "models",
+    "SharedModel": "models", "AssignedModels": "models",
+    "IFCASampler": "clustered", "ClusterMeans": "clustered", "CFLClusters": "clustered", "LocalModels": "clustered",
+    "ifca_strategy": "wrappers", "cfl_strategy": "wrappers", "local_strategy": "wrappers",
     "ProximalTerm": "entries",
     "ConsoleLines": "observers", "RecorderObserver": "observers", "TrajectoryWriter": "observers",
     "ServerState": "state",
     "screen_replies": "replies",
     "SamplingParams": "params", "SelectionParams": "params", "CoalitionParams": "params", "ProximalParams": "params",
+    "ModelStoreParams": "params",
 }
 
-__all__ = ["BouquetStrategy", "CoalitionParams", "Coalitions", "ConsoleLines", "FixedKFedAvg", "FixedKRule", "HKFedAvg",
-           "HKRule", "NodeOrder", "ProximalParams", "ProximalTerm", "RecorderObserver", "SamplingParams",
+__all__ = ["AssignedModels", "BouquetStrategy", "CFLClusters", "ClusterMeans", "CoalitionParams", "Coalitions",
+           "ConsoleLines", "FixedKFedAvg", "FixedKRule", "HKFedAvg", "HKRule", "IFCASampler", "LocalModels",
+           "ModelStoreParams", "NodeOrder", "ProximalParams", "ProximalTerm", "RecorderObserver", "SamplingParams",
            "SeededFedAvg", "SeededFedProx", "SelectionParams", "ServerState", "SharedModel", "SketchSelection",
-           "TrajectoryWriter", "UniformSampler", "WeightedMean", "screen_replies", "selection_strategy"]
+           "TrajectoryWriter", "UniformSampler", "WeightedMean", "cfl_strategy", "ifca_strategy", "local_strategy",
+           "screen_replies", "selection_strategy"]
 
 
 def __getattr__(name: str) -> Any:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from bouquet.algorithms.coalitions_fixed_k import FixedKParams, fixed_k_coalitions
+from bouquet.algorithms.groups import agreement
 from bouquet.algorithms.hk import HKParams, coalition_weights, hk_coalitions
 from bouquet.strategies.params import CoalitionParams
 from bouquet.strategies.rounds import Aggregate, ClientUpdates
@@ -177,14 +178,38 @@ class Coalitions:
         report = {"coalitions": len(sizes), "coalition-sizes": sizes,
                   "singletons": int(sum(1 for s in sizes if s == 1)), "excluded-zero": int((~nonzero).sum()),
                   **partition.report}
+        groups = kept.groups()
+        if groups is not None:
+            report["ari"] = agreement(groups, labels.tolist())
         rows = [{"round": updates.server_round, "node_id": node, **identity, "coalition": int(label),
                  "coalition_size": int(sizes_by_label[label])}
                 for node, identity, label in zip(kept.node_ids, kept.identities, labels)]
+        models, model_rows = self._barycenters(matrix, layout, template, labels, examples, kept)
+        keys = {label: f"r{updates.server_round}-c{label}" for label in range(len(sizes_by_label))}
         artifacts = {"hk-trajectory": partition.trajectory} if partition.trajectory is not None else {}
         summary = (f"{self.label} -> K={len(sizes)} coalitions, sizes {sizes}, {report['singletons']} singletons"
                    + "".join(f", {k} {v}" for k, v in partition.report.items()))
-        return Aggregate(model=layout.unflatten(aggregate, template), report=report, tables={"coalitions": rows},
-                         artifacts=artifacts, labels=labels, node_ids=kept.node_ids, summary=summary)
+        return Aggregate(model=layout.unflatten(aggregate, template), report=report,
+                         tables={"coalitions": rows, "coalition_models": model_rows}, artifacts=artifacts,
+                         labels=labels, node_ids=kept.node_ids, summary=summary,
+                         groups={keys[label]: model for label, model in enumerate(models)},
+                         assignment={node: keys[int(label)] for node, label in zip(kept.node_ids, labels)})
+
+    @staticmethod
+    def _barycenters(matrix: np.ndarray, layout: Any, template: Any, labels: np.ndarray, examples: np.ndarray | None,
+                     kept: ClientUpdates) -> tuple[list[Any], list[dict[str, Any]]]:
+        """Each coalition's barycenter (eq. 15: the model of a coalition, served with personal models)."""
+        count = int(labels.max()) + 1
+        within = np.ones(len(labels)) if examples is None else examples
+        member = labels[None, :] == np.arange(count)[:, None]
+        mixing = member * within[None, :] / (member * within[None, :]).sum(axis=1, keepdims=True)
+        barycenters = mixing.astype(matrix.dtype) @ matrix
+        names = [identity.get("partition-id", "") if identity else "" for identity in kept.identities]
+        names = [name if name != "" else node for name, node in zip(names or [""] * len(labels), kept.node_ids)]
+        rows = [{"round": kept.server_round, "coalition": f"r{kept.server_round}-c{c}",
+                 "members": " ".join(str(n) for n, m in zip(names, member[c]) if m), "size": int(member[c].sum()),
+                 "model-norm": float(np.linalg.norm(barycenters[c].astype(np.float64)))} for c in range(count)]
+        return [layout.unflatten(row, template) for row in barycenters], rows
 
     def _partition(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> tuple[np.ndarray, Partition]:
         if self.params.opinion_space == "weights":

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from bouquet.params import require
 
-__all__ = ["MODES", "OPINION_SPACES", "WEIGHTINGS", "CoalitionParams", "ProximalParams", "SamplingParams",
-           "SelectionParams"]
+__all__ = ["COALITION_MODELS", "MODES", "OPINION_SPACES", "WEIGHTINGS", "CoalitionParams", "ModelStoreParams",
+           "ProximalParams", "SamplingParams", "SelectionParams"]
 
 #: How sketch-based selection learns about clients.
 MODES = ("query", "piggyback")
@@ -21,6 +21,8 @@ MODES = ("query", "piggyback")
 OPINION_SPACES = ("weights", "updates")
 #: How members count in their coalition's barycenter.
 WEIGHTINGS = ("uniform", "samples")
+#: What coalition aggregation serves: one shared model (eq. 16) or each coalition its own.
+COALITION_MODELS = ("shared", "personal")
 
 
 @dataclass(frozen=True)
@@ -154,3 +156,23 @@ class ProximalParams:
 
     def __post_init__(self) -> None:
         require(self.mu >= 0, "mu", f"proximal-mu must be >= 0, got {self.mu}")
+
+
+@dataclass(frozen=True)
+class ModelStoreParams:
+    """Which models the server keeps and serves.
+
+    Parameters
+    ----------
+    coalition_models : {"shared", "personal"}, default "shared"
+        ``shared``: one global model, the uniform mean of the coalition barycenters (HK paper eq. 16).
+        ``personal``: each coalition's barycenter is that coalition's model; a client is sent (to train
+        and to evaluate) the model of the coalition it joined at its last participation, a client never
+        sampled the shared model (:class:`bouquet.strategies.models.AssignedModels`).
+    """
+
+    coalition_models: str = "shared"
+
+    def __post_init__(self) -> None:
+        require(self.coalition_models in COALITION_MODELS, "coalition_models",
+                f"coalition-models must be one of {COALITION_MODELS}, got {self.coalition_models!r}")

@@ -64,19 +64,22 @@ def screen_replies(replies: Iterable[Message], reference: ArrayRecord | None,
 
 
 def identity_of(msg: Message) -> dict[str, Any]:
-    """Partition id and household of a bouquet client reply (blank for other apps)."""
+    """Partition id, household and true group (benchmarks) of a bouquet client reply (blank for other apps)."""
     info = msg.content.config_records.get("info")
     if info is None:
-        return {"partition-id": "", "household": ""}
-    return {"partition-id": info.get("partition-id", ""), "household": info.get("household", "")}
+        return {"partition-id": "", "household": "", "group": ""}
+    return {"partition-id": info.get("partition-id", ""), "household": info.get("household", ""),
+            "group": info.get("group", "")}
 
 
 def usable_updates(server_round: int, seed: int, replies: list[Message], sent: Mapping[int, ArrayRecord],
-                   arrayrecord_key: str, weighted_by_key: str) -> tuple[list[Message], ClientUpdates, Rejected]:
+                   arrayrecord_key: str, weighted_by_key: str, keys: Mapping[int, str] | None = None,
+                   ) -> tuple[list[Message], ClientUpdates, Rejected]:
     """Screen ``replies`` (already in stable order) against what each node was ``sent``.
 
     Returns the usable messages, their :class:`ClientUpdates` and the rejected ``(node id, reason)``.
-    A reply from a node that was sent nothing is screened against the first model sent.
+    A reply from a node that was sent nothing is screened against the first model sent.  ``keys`` names
+    the model store's key of what each node was sent.
     """
     fallback = next(iter(sent.values()), None)
     references: dict[int, Model] = {}  # decoded once per distinct model sent
@@ -100,7 +103,8 @@ def usable_updates(server_round: int, seed: int, replies: list[Message], sent: M
         server_round=server_round, seed=seed, node_ids=tuple(m.metadata.src_node_id for m in usable),
         models=tuple(models),
         num_examples=tuple(next(iter(m.content.metric_records.values()))[weighted_by_key] for m in usable),
-        references=tuple(refs), identities=tuple(identity_of(m) for m in usable))
+        references=tuple(refs), identities=tuple(identity_of(m) for m in usable),
+        model_keys=tuple((keys or {}).get(m.metadata.src_node_id, "shared") for m in usable))
     return usable, updates, rejected
 
 

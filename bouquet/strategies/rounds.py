@@ -37,6 +37,8 @@ class RoundContext:
         The shared model of this round (a query phase sends it).
     new_message : MessageFactory
     arrayrecord_key : str
+    models : ModelStore, optional
+        The strategy's model store (a sampler that assigns nodes to models reads its models).
     """
 
     server_round: int
@@ -45,6 +47,7 @@ class RoundContext:
     arrays: ArrayRecord
     new_message: MessageFactory
     arrayrecord_key: str = "arrays"
+    models: Any = None
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,9 @@ class Sample:
     """A sampler's answer: the nodes to train (stable order) and what to record about the choice.
 
     ``report`` is ``None`` for plain sampling, else the round's ``select`` record (``rounds.jsonl``);
-    ``rows`` go to ``selection.csv``; ``label`` names the selector; ``summary`` is its console line.
+    ``rows`` go to ``selection.csv``; ``label`` names the selector; ``summary`` is its console line;
+    ``assignment`` (node -> model key) is applied to the model store before the messages are built
+    (IFCA's choice of cluster).
     """
 
     node_ids: tuple[int, ...]
@@ -60,6 +65,7 @@ class Sample:
     rows: tuple[Mapping[str, Any], ...] = ()
     label: str = ""
     summary: str = ""
+    assignment: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,8 @@ class TrainRound:
     config : ConfigRecord
         The train config every message carried (``server-round`` and the parts' entries).
     messages : tuple of Message
+    keys : Mapping[int, str]
+        The model store's key of the model each node was sent (``"shared"`` for one global model).
     """
 
     server_round: int
@@ -83,15 +91,17 @@ class TrainRound:
     sent: Mapping[int, ArrayRecord]
     config: ConfigRecord
     messages: tuple[Message, ...]
+    keys: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class EvaluateRound:
-    """One configured evaluation round: the nodes and the messages they were sent."""
+    """One configured evaluation round: the nodes, the messages, and the store key of each node's model."""
 
     server_round: int
     node_ids: tuple[int, ...]
     messages: tuple[Message, ...]
+    keys: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -111,7 +121,9 @@ class ClientUpdates:
     references : tuple of Model
         The model each node was sent (one shared object when every node got the same).
     identities : tuple of dict
-        ``partition-id`` and ``household`` of each reply (blank for other apps).
+        ``partition-id``, ``household`` and ``group`` of each reply (blank for other apps).
+    model_keys : tuple of str
+        The model store's key of the model each node was sent (empty: all ``"shared"``).
     """
 
     server_round: int
@@ -121,6 +133,7 @@ class ClientUpdates:
     num_examples: tuple[float, ...]
     references: tuple[Model, ...]
     identities: tuple[Mapping[str, Any], ...] = ()
+    model_keys: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.node_ids)
@@ -145,7 +158,17 @@ class ClientUpdates:
         pick = lambda values: tuple(v for v, k in zip(values, keep) if k)
         return ClientUpdates(self.server_round, self.seed, pick(self.node_ids), pick(self.models),
                              pick(self.num_examples), pick(self.references),
-                             pick(self.identities) if self.identities else ())
+                             pick(self.identities) if self.identities else (),
+                             pick(self.model_keys) if self.model_keys else ())
+
+    def keys(self) -> tuple[str, ...]:
+        """The store key each node was sent (``"shared"`` where none was recorded)."""
+        return self.model_keys if self.model_keys else ("shared",) * len(self.node_ids)
+
+    def groups(self) -> list[str] | None:
+        """Each reply's true group (a benchmark's ground truth), or None unless every reply reports one."""
+        groups = [str(i.get("group", "")) for i in self.identities]
+        return groups if self.identities and all(groups) else None
 
 
 @dataclass(frozen=True)
@@ -154,8 +177,8 @@ class Aggregate:
 
     Attributes
     ----------
-    model : Model
-        The next shared model.
+    model : Model or None
+        The next shared model (None: the shared model stays as it is).
     report : dict
         Scalars and small lists for the round's ``train`` record.
     tables : dict
@@ -168,15 +191,22 @@ class Aggregate:
         The updates that took part (an aggregator may exclude some, e.g. all-zero models).
     summary : str
         One line for the console (empty: nothing worth a line).
+    groups : dict
+        Models per key beside the shared one (coalition barycenters, cluster models, clients' own),
+        which a store that serves nodes their own model keeps.
+    assignment : dict
+        Node id -> the key in ``groups`` of the model that node is to be served from now on.
     """
 
-    model: Model
+    model: Model | None
     report: Mapping[str, Any] = field(default_factory=dict)
     tables: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     artifacts: Mapping[str, Any] = field(default_factory=dict)
     labels: np.ndarray | None = None
     node_ids: tuple[int, ...] = ()
     summary: str = ""
+    groups: Mapping[str, Model] = field(default_factory=dict)
+    assignment: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

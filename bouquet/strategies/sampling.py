@@ -120,7 +120,7 @@ class Sampler(Protocol):
 
     def sample_train(self, context: RoundContext) -> Sample: ...
 
-    def sample_evaluate(self, context: RoundContext) -> list[int]: ...
+    def sample_evaluate(self, context: RoundContext) -> Sample: ...
 
     def train_config(self, server_round: int) -> dict[str, Any]: ...
 
@@ -155,18 +155,18 @@ class UniformSampler:
         log.info("configure_train: sampled %d nodes (seed %d, round %d)", len(picked), p.seed, context.server_round)
         return Sample(tuple(picked))
 
-    def sample_evaluate(self, context: RoundContext) -> list[int]:
+    def sample_evaluate(self, context: RoundContext) -> Sample:
         p = self.sampling
         if p.fraction_evaluate == 0:
-            return []
+            return Sample(())
         nodes = context.nodes.connected(context.grid, context.server_round, p.min_available_nodes)
         count = evaluation_count(p, len(nodes))
         if count >= len(nodes):
-            return nodes
+            return Sample(tuple(nodes))
         picked = draw_nodes(nodes, count, np.random.default_rng([p.seed, context.server_round, 1]))
         log.info("configure_evaluate: sampled %d of %d nodes (seed %d, round %d)", len(picked), len(nodes), p.seed,
                  context.server_round)
-        return picked
+        return Sample(tuple(picked))
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         return {}

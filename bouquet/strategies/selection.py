@@ -133,7 +133,7 @@ class SketchSelection:
                       rows=tuple(self._rows(server_round, cands, selected, report)), label=self.selector.name,
                       summary=summary)
 
-    def sample_evaluate(self, context: RoundContext) -> list[int]:
+    def sample_evaluate(self, context: RoundContext) -> Sample:
         return self._uniform.sample_evaluate(context)
 
     def train_config(self, server_round: int) -> dict[str, Any]:

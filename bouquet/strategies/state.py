@@ -1,7 +1,7 @@
 """The whole server state of a bouquet strategy as one object, and its trip through Flower records.
 
 :class:`ServerState` holds the last completed round, the seed, every model the model store keeps, the
-stable node order and the sampler's state (selection history, piggybacked sketches, the selector's own
+stable node order, which node is served which model, and the sampler's state (selection history, piggybacked sketches, the selector's own
 state).  Randomness has no hidden state to save: every draw is ``default_rng([seed, round, ...])`` (node
 sampling, evaluators, candidates, fixed-K's k-means seed), so the seed and the round restore it.
 :meth:`ServerState.to_records` gives a Flower ``RecordDict`` (models as ArrayRecords, the rest as JSON in
@@ -32,6 +32,8 @@ class ServerState:
     seed : int
     models : dict of ArrayRecord
         The model store's records (``"shared"``, and any others it keeps).
+    store : dict
+        The model store's JSON-able state (which node is served which model).
     nodes : dict
         The stable node order's state (node id -> reported key).
     sampler : dict
@@ -41,6 +43,7 @@ class ServerState:
     server_round: int
     seed: int
     models: dict[str, ArrayRecord] = field(default_factory=dict)
+    store: dict[str, Any] = field(default_factory=dict)
     nodes: dict[str, Any] = field(default_factory=dict)
     sampler: dict[str, Any] = field(default_factory=dict)
 
@@ -48,7 +51,7 @@ class ServerState:
         """A RecordDict: ``server`` (ConfigRecord: round, seed, JSON of the rest) and ``model.<key>`` records."""
         records: dict[str, Any] = {"server": ConfigRecord({
             "round": self.server_round, "seed": self.seed,
-            "state": json.dumps({"nodes": self.nodes, "sampler": self.sampler})})}
+            "state": json.dumps({"store": self.store, "nodes": self.nodes, "sampler": self.sampler})})}
         for key, record in self.models.items():
             records[_MODEL_PREFIX + key] = record
         return RecordDict(records)
@@ -63,4 +66,4 @@ class ServerState:
         models = {name.removeprefix(_MODEL_PREFIX): record for name, record in records.array_records.items()
                   if name.startswith(_MODEL_PREFIX)}
         return cls(server_round=int(server["round"]), seed=int(server["seed"]), models=models,
-                   nodes=rest["nodes"], sampler=rest["sampler"])
+                   store=rest.get("store", {}), nodes=rest["nodes"], sampler=rest["sampler"])

@@ -30,13 +30,14 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
+from bouquet.algorithms.groups import agreement
 from bouquet.flower_logging import route_to_flower
 from bouquet.messages import MessageFactory, flower_message
 from bouquet.strategies.aggregation import Aggregator, WeightedMean
 from bouquet.strategies.entries import TrainConfigPart
-from bouquet.strategies.models import ModelStore, SharedModel
+from bouquet.strategies.models import SHARED, ModelStore, SharedModel
 from bouquet.strategies.observers import ConsoleLines, Observer
-from bouquet.strategies.replies import client_rows, usable_updates
+from bouquet.strategies.replies import client_rows, identity_of, usable_updates
 from bouquet.strategies.rounds import EvaluateRound, RoundContext, RoundEvent, TrainRound
 from bouquet.strategies.sampling import NodeOrder, Sampler, UniformSampler
 from bouquet.strategies.state import ServerState
@@ -112,14 +113,15 @@ class BouquetStrategy(Strategy):
     def state(self) -> ServerState:
         """The whole server state after the last completed round."""
         return ServerState(server_round=self.server_round, seed=self.seed, models=dict(self.models.state_records()),
-                           nodes=self.nodes.state_dict(), sampler=self.sampler.state_dict())
+                           store=self.models.state_dict(), nodes=self.nodes.state_dict(),
+                           sampler=self.sampler.state_dict())
 
     def load_state(self, state: ServerState) -> None:
         """Go on from ``state`` (a strategy built with the same parts and parameters)."""
         if state.seed != self.seed:
             raise ValueError(f"the state was saved with seed {state.seed}, this strategy has seed {self.seed}")
         self.server_round = state.server_round
-        self.models.load_state_records(state.models)
+        self.models.load_state(state.models, state.store)
         self.nodes.load_state_dict(state.nodes)
         self.sampler.load_state_dict(state.sampler)
 
@@ -128,7 +130,8 @@ class BouquetStrategy(Strategy):
             observer.on_event(event)
 
     def _context(self, server_round: int, grid: Grid) -> RoundContext:
-        return RoundContext(server_round, grid, self.nodes, self.models.shared, self.new_message, self.arrayrecord_key)
+        return RoundContext(server_round, grid, self.nodes, self.models.shared, self.new_message, self.arrayrecord_key,
+                            self.models)
 
     def _messages(self, node_ids: Iterable[int], config: ConfigRecord, message_type: str,
                   server_round: int) -> tuple[dict[int, ArrayRecord], tuple[Message, ...]]:
@@ -154,8 +157,10 @@ class BouquetStrategy(Strategy):
             entries.update(part.entries(server_round))
         entries["server-round"] = server_round
         round_config = ConfigRecord(entries)
+        self.models.assign(dict(sample.assignment))
         sent, messages = self._messages(sample.node_ids, round_config, "train", server_round)
-        return TrainRound(server_round, tuple(sample.node_ids), sent, round_config, messages)
+        keys = {node: self.models.key_for(node) for node in sample.node_ids}
+        return TrainRound(server_round, tuple(sample.node_ids), sent, round_config, messages, keys)
 
     def aggregate_train_round(self, configured: TrainRound,
                               replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -165,7 +170,7 @@ class BouquetStrategy(Strategy):
         self.sampler.observe_train(server_round, replies)
         replies = self.nodes.sorted_replies(replies)
         usable, updates, rejected = usable_updates(server_round, self.seed, replies, configured.sent,
-                                                   self.arrayrecord_key, self.weighted_by_key)
+                                                   self.arrayrecord_key, self.weighted_by_key, configured.keys)
         # The SuperLink answers for a node it saw go offline with an error reply whose source is not that
         # node (Flower 1.42 puts its own id there): such a node counts as lost, named by the id it was sent to.
         expected = set(configured.node_ids)
@@ -186,7 +191,7 @@ class BouquetStrategy(Strategy):
         started = time.perf_counter()
         aggregate = self.aggregator.aggregate(updates)
         elapsed = time.perf_counter() - started
-        arrays = self.models.keep(aggregate)
+        arrays = self.models.keep(aggregate, server_round)
         metrics = self.train_metrics_aggr_fn([m.content for m in usable], self.weighted_by_key)
         self._emit(RoundEvent(
             server_round, "train",
@@ -198,10 +203,12 @@ class BouquetStrategy(Strategy):
     # ------------------------------------------------------------- evaluation
     def configure_evaluate_round(self, server_round: int, config: ConfigRecord, grid: Grid) -> EvaluateRound:
         """The evaluators and their messages, each node sent the model the store has for it."""
-        nodes = self.sampler.sample_evaluate(self._context(server_round, grid))
+        sample = self.sampler.sample_evaluate(self._context(server_round, grid))
+        self.models.assign(dict(sample.assignment))
+        nodes = sample.node_ids
         round_config = ConfigRecord({**dict(config), "server-round": server_round})
         _, messages = self._messages(nodes, round_config, "evaluate", server_round)
-        return EvaluateRound(server_round, tuple(nodes), messages)
+        return EvaluateRound(server_round, tuple(nodes), messages, {node: self.models.key_for(node) for node in nodes})
 
     def aggregate_evaluate_round(self, configured: EvaluateRound, replies: Iterable[Message]) -> MetricRecord | None:
         """Weighted mean of the evaluation metrics; per-client rows to the observers."""
@@ -223,9 +230,27 @@ class BouquetStrategy(Strategy):
         if not usable:
             return None
         metrics = self.evaluate_metrics_aggr_fn([m.content for m in usable], self.weighted_by_key)
-        self._emit(RoundEvent(server_round, "evaluate", {**dict(metrics), "replies": len(usable)},
-                              {"evaluate_clients": client_rows(server_round, usable)}))
+        rows = client_rows(server_round, usable)
+        served = [configured.keys.get(m.metadata.src_node_id, SHARED) for m in usable]
+        for row, key in zip(rows, served):
+            row["model"] = key
+        record = {**dict(metrics), "replies": len(usable), "models-served": len(set(served))}
+        groups = [str(identity_of(m).get("group", "")) for m in usable]
+        if all(groups):
+            record["served-ari"] = agreement(groups, served)
+        self._emit(RoundEvent(server_round, "evaluate", record, {"evaluate_clients": rows}))
         return metrics
+
+    def serve(self, grid: Grid) -> dict[int, tuple[str, ArrayRecord]]:
+        """Every connected node's model key and arrays, as the store serves them now (final evaluation).
+
+        A sampler that assigns nodes itself (IFCA: by loss) first assigns the nodes never assigned.
+        """
+        nodes = self.nodes.order(grid, grid.get_node_ids())
+        assign = getattr(self.sampler, "assign_nodes", None)
+        if assign is not None:
+            self.models.assign(assign(self._context(self.server_round, grid), nodes))
+        return {node: (self.models.key_for(node), self.models.arrays_for(node)) for node in nodes}
 
     # ------------------------------------------------- Flower's hook methods
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,

@@ -10,24 +10,41 @@ recorder.  Defaults are read from the parts' params classes, so they live in one
 
 from __future__ import annotations
 
+from flwr.app import ArrayRecord
+
+from bouquet.algorithms.clustered import CFLParams, IFCAParams
 from bouquet.algorithms.coalitions_fixed_k import FixedKParams
 from bouquet.algorithms.hk import HKParams
 from bouquet.algorithms.selection import Selector
 from bouquet.strategies.aggregation import Aggregator, Coalitions, FixedKRule, HKRule, WeightedMean
+from bouquet.strategies.clustered import CFLClusters, ClusterMeans, IFCASampler, LocalModels, ifca_models
 from bouquet.strategies.entries import ProximalTerm
+from bouquet.strategies.models import AssignedModels, SharedModel
 from bouquet.strategies.observers import ConsoleLines, Observer, Recorder, RecorderObserver
-from bouquet.strategies.params import CoalitionParams, ProximalParams, SamplingParams, SelectionParams
+from bouquet.strategies.params import (
+    CoalitionParams,
+    ModelStoreParams,
+    ProximalParams,
+    SamplingParams,
+    SelectionParams,
+)
 from bouquet.strategies.sampling import UniformSampler
 from bouquet.strategies.selection import SketchSelection
 from bouquet.strategies.strategy import BouquetStrategy
 
-__all__ = ["FixedKFedAvg", "HKFedAvg", "SeededFedAvg", "SeededFedProx", "selection_strategy"]
+__all__ = ["FixedKFedAvg", "HKFedAvg", "SeededFedAvg", "SeededFedProx", "cfl_strategy", "ifca_strategy",
+           "local_strategy", "selection_strategy"]
 
 _S = SamplingParams  # the defaults of the sampling arguments below
 
 
 def _observers(recorder: Recorder | None) -> tuple[Observer, ...]:
     return (ConsoleLines(),) if recorder is None else (ConsoleLines(), RecorderObserver(recorder))
+
+
+def _store(coalition_models: str) -> SharedModel | AssignedModels:
+    personal = ModelStoreParams(coalition_models).coalition_models == "personal"  # validates
+    return AssignedModels() if personal else SharedModel()
 
 
 class SeededFedAvg(BouquetStrategy):
@@ -105,6 +122,10 @@ class HKFedAvg(BouquetStrategy):
         HK on the trained models (the paper) or on their updates (our option).
     record_trajectories : bool, default False
         Hand each round's opinion dynamics to the observers (``TrajectoryWriter``).
+    coalition_models : {"shared", "personal"}, default "shared"
+        ``shared``: the paper's one model (eq. 16).  ``personal``: each coalition's barycenter is its
+        model; a client is sent the model of the coalition it joined at its last participation
+        (:class:`~bouquet.strategies.models.AssignedModels`).
     clients_per_round, fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes,
     min_available_nodes, seed, node_wait_seconds, recorder
         As in :class:`SeededFedAvg`.
@@ -117,6 +138,7 @@ class HKFedAvg(BouquetStrategy):
                  barycenter_weighting: str = CoalitionParams.barycenter_weighting,
                  opinion_space: str = CoalitionParams.opinion_space,
                  record_trajectories: bool = CoalitionParams.record_trajectories,
+                 coalition_models: str = ModelStoreParams.coalition_models,
                  clients_per_round: int | None = _S.clients_per_round, fraction_train: float = _S.fraction_train,
                  fraction_evaluate: float = _S.fraction_evaluate, min_train_nodes: int = _S.min_train_nodes,
                  min_evaluate_nodes: int = _S.min_evaluate_nodes, min_available_nodes: int = _S.min_available_nodes,
@@ -129,7 +151,7 @@ class HKFedAvg(BouquetStrategy):
                                   min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds)
         super().__init__(sampler=UniformSampler(sampling),
                          aggregator=Coalitions(HKRule(hk, record_trajectories), coalitions),
-                         observers=_observers(recorder))
+                         models=_store(coalition_models), observers=_observers(recorder))
 
 
 class FixedKFedAvg(BouquetStrategy):
@@ -142,6 +164,8 @@ class FixedKFedAvg(BouquetStrategy):
     geometry : {"euclidean", "cosine"}, default "euclidean"
         k-means on the models or on the unit-normalised models; seeded per round with ``[seed, round]``.
     barycenter_weighting : {"uniform", "samples"}, default "uniform"
+    coalition_models : {"shared", "personal"}, default "shared"
+        As in :class:`HKFedAvg`.
     clients_per_round, fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes,
     min_available_nodes, seed, node_wait_seconds, recorder
         As in :class:`SeededFedAvg`.
@@ -149,6 +173,7 @@ class FixedKFedAvg(BouquetStrategy):
 
     def __init__(self, *, k: int = FixedKParams.k, geometry: str = FixedKParams.geometry,
                  barycenter_weighting: str = CoalitionParams.barycenter_weighting,
+                 coalition_models: str = ModelStoreParams.coalition_models,
                  clients_per_round: int | None = _S.clients_per_round, fraction_train: float = _S.fraction_train,
                  fraction_evaluate: float = _S.fraction_evaluate, min_train_nodes: int = _S.min_train_nodes,
                  min_evaluate_nodes: int = _S.min_evaluate_nodes, min_available_nodes: int = _S.min_available_nodes,
@@ -159,7 +184,7 @@ class FixedKFedAvg(BouquetStrategy):
         super().__init__(sampler=UniformSampler(sampling),
                          aggregator=Coalitions(FixedKRule(FixedKParams(k, geometry)),
                                                CoalitionParams(barycenter_weighting=barycenter_weighting)),
-                         observers=_observers(recorder))
+                         models=_store(coalition_models), observers=_observers(recorder))
 
 
 def selection_strategy(selector: Selector, aggregator: Aggregator | None = None, *,
@@ -195,4 +220,56 @@ def selection_strategy(selector: Selector, aggregator: Aggregator | None = None,
                                 max_sketch_age)
     return BouquetStrategy(sampler=SketchSelection(selector, sampling, selection),
                            aggregator=aggregator if aggregator is not None else WeightedMean(),
+                           observers=_observers(recorder))
+
+
+def ifca_strategy(params: IFCAParams, sampling: SamplingParams, initial_models: list[ArrayRecord] | None = None,
+                  query_timeout: float = 600.0, recorder: Recorder | None = None) -> BouquetStrategy:
+    """IFCA (Ghosh et al. 2020): K cluster models, each client trains the one with its lowest loss.
+
+    The ClientApp registers :func:`bouquet.losses.register_loss_query` (its train handler is unchanged).
+
+    Parameters
+    ----------
+    params : IFCAParams
+        K, how the K models are made from one, how many examples a client scores them on.
+    sampling : SamplingParams
+        Who is drawn each round (``clients_per_round`` >= K) and who evaluates.
+    initial_models : list of ArrayRecord, optional
+        The K initial models (default: the initial model perturbed K times, seeded by ``sampling.seed``).
+    query_timeout : float, default 600
+        Seconds to wait for the clients' losses.
+    recorder : Recorder, optional
+    """
+    if sampling.clients_per_round is not None and params.k > sampling.clients_per_round:
+        raise ValueError(f"IFCA with k={params.k} clusters needs at least as many clients per round, "
+                         f"got {sampling.clients_per_round}")
+    return BouquetStrategy(sampler=IFCASampler(params, sampling, query_timeout), aggregator=ClusterMeans(),
+                           models=ifca_models(params, sampling.seed, initial_models), observers=_observers(recorder))
+
+
+def cfl_strategy(params: CFLParams, sampling: SamplingParams, recorder: Recorder | None = None) -> BouquetStrategy:
+    """CFL (Sattler et al. 2020): one cluster trained by FedAvg, split in two whenever it stalls.
+
+    Parameters
+    ----------
+    params : CFLParams
+        The split thresholds ``eps1`` / ``eps2``, the warm-up, the smallest cluster split.
+    sampling : SamplingParams
+        The paper trains every client every round (``clients_per_round`` = all of them).
+    recorder : Recorder, optional
+    """
+    return BouquetStrategy(sampler=UniformSampler(sampling), aggregator=CFLClusters(params), models=AssignedModels(),
+                           observers=_observers(recorder))
+
+
+def local_strategy(sampling: SamplingParams, recorder: Recorder | None = None) -> BouquetStrategy:
+    """Local training, the no-federation reference: every client trains and keeps its own model.
+
+    Parameters
+    ----------
+    sampling : SamplingParams
+    recorder : Recorder, optional
+    """
+    return BouquetStrategy(sampler=UniformSampler(sampling), aggregator=LocalModels(), models=AssignedModels(),
                            observers=_observers(recorder))

@@ -25,6 +25,7 @@ class Task(Protocol):
 
     partition_id: int
     household: str  # "" where the node is not a household
+    group: str  # the node's known group in a benchmark with known groups, else ""
 
     @property
     def num_examples(self) -> int: ...
@@ -34,6 +35,8 @@ class Task(Protocol):
     def training_batch(self, batch_size: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def train(self, model: nn.Module, rng: np.random.Generator, proximal_mu: float) -> float: ...
+
+    def loss(self, model: nn.Module, examples: int, rng: np.random.Generator) -> tuple[float, int]: ...
 
     def evaluate(self, model: nn.Module, rng: np.random.Generator) -> dict[str, float]: ...
 

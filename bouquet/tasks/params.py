@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from bouquet.params import require
 
-__all__ = ["DEFAULT_BATCH_SIZE", "MODELS", "PERFEDAVG_VARIANTS", "CentralEvalParams", "LSTMParams",
+__all__ = ["DEFAULT_BATCH_SIZE", "EVALUATIONS", "MODELS", "PERFEDAVG_VARIANTS", "CentralEvalParams", "LSTMParams",
            "PerFedAvgSettings", "TrainSettings", "VisionModelParams", "VisionTrainSettings"]
 
 #: Mini-batch size of local training (the HK paper's Table 3; the ``batch-size`` key of both tasks).
@@ -132,17 +132,27 @@ class VisionTrainSettings:
         require(0 <= self.momentum < 1, "momentum", f"need 0 <= momentum < 1, got {self.momentum}")
 
 
+#: Where the vision task's models are scored.
+EVALUATIONS = ("central", "clients", "both")
+
+
 @dataclass(frozen=True)
 class CentralEvalParams:
-    """The vision server's scoring of each round's model on the test set.
+    """Where the vision task's models are scored: on the server's test set, on the clients, or both.
 
     Parameters
     ----------
     size : int, default 0
-        Test images per evaluation, a seeded subset; 0 scores the whole test set.
+        Test images per central evaluation, a seeded subset; 0 scores the whole test set.
+    mode : {"central", "clients", "both"}, default "central"
+        ``central``: the server scores the global model each round (the SCKM study).  ``clients``: each
+        evaluated client scores the model it is served on its own test images
+        (``vision-client-test-size``; the clustered-FL benchmarks, where clients hold different models).
     """
 
     size: int = 0
+    mode: str = "central"
 
     def __post_init__(self) -> None:
         require(self.size >= 0, "size", f"central-eval-size must be >= 0, got {self.size}")
+        require(self.mode in EVALUATIONS, "mode", f"vision-evaluation must be one of {EVALUATIONS}, got {self.mode!r}")

@@ -32,7 +32,15 @@ import torch
 from torch import nn
 
 from bouquet.algorithms.sckm import sketch_indices
-from bouquet.data.images import ImageData, VisionDataConfig, load_images, partition
+from bouquet.data.images import (
+    ImageData,
+    VisionDataConfig,
+    client_test_rows,
+    group_of,
+    grouped,
+    load_images,
+    partition,
+)
 from bouquet.tasks.base import batch_indices, proximal_penalty
 from bouquet.tasks.params import MODELS, VisionModelParams, VisionTrainSettings
 
@@ -194,30 +202,49 @@ def partitioned_images(data: VisionDataConfig, num_partitions: int) -> tuple[Ima
     return images, partition(images.y_train, num_partitions, data)
 
 
+@dataclass(frozen=True)
+class NodeImages:
+    """What one image client holds: its training shard and test images, in its group's form."""
+
+    x: np.ndarray
+    y: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    shape: tuple[int, int, int]
+    num_classes: int
+    group: int | None
+
+
 @functools.lru_cache(maxsize=8)
-def node_shard(data: VisionDataConfig, partition_id: int,
-               num_partitions: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int], int]:
-    """Training images and labels of client ``partition_id`` of ``num_partitions``, the image shape, classes."""
+def node_shard(data: VisionDataConfig, partition_id: int, num_partitions: int) -> NodeImages:
+    """Client ``partition_id`` of ``num_partitions``: its shard, its test subset, its known group.
+
+    With ``data.groups`` set, the images (rotate) or labels (permute) are those of the client's group
+    (:func:`bouquet.data.images.grouped`), for training and test alike.
+    """
     images, parts = partitioned_images(data, num_partitions)
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"partition-id {partition_id} is outside 0..{num_partitions - 1}")
     rows = parts[partition_id]
-    return images.x_train[rows], images.y_train[rows], images.shape, len(images.classes)
+    group = group_of(partition_id, data)
+    classes = len(images.classes)
+    x, y = grouped(images.x_train[rows], images.y_train[rows], group, classes, data)
+    test = client_test_rows(len(images.y_test), partition_id, data)
+    x_test, y_test = grouped(images.x_test[test], images.y_test[test], group, classes, data)
+    return NodeImages(x, y, x_test, y_test, images.shape, classes, group)
 
 
 @dataclass(frozen=True)
 class VisionTask:
     """One image-shard client of the SCKM paper's task: local SGD on its non-IID shard.
 
-    Build it with :meth:`for_node`.  The global model is scored centrally by the server;
-    :meth:`evaluate` scores it on the node's own shard (for apps that evaluate on the nodes).
+    Build it with :meth:`for_node`.  The SCKM study scores the global model centrally on the server;
+    :meth:`evaluate` scores a model on the client's own test images when it holds some
+    (``vision-client-test-size``, the clustered-FL benchmarks), else on its training shard.
     """
 
     partition_id: int
-    x: np.ndarray
-    y: np.ndarray
-    shape: tuple[int, int, int]
-    num_classes: int
+    images: NodeImages
     model: VisionModelParams
     training: VisionTrainSettings
     household: str = ""
@@ -225,15 +252,27 @@ class VisionTask:
     @classmethod
     def for_node(cls, data: VisionDataConfig, model: VisionModelParams, training: VisionTrainSettings,
                  partition_id: int, num_partitions: int) -> VisionTask:
-        x, y, shape, classes = node_shard(data, partition_id, num_partitions)
-        return cls(partition_id, x, y, shape, classes, model, training)
+        return cls(partition_id, node_shard(data, partition_id, num_partitions), model, training)
+
+    @property
+    def x(self) -> np.ndarray:
+        return self.images.x
+
+    @property
+    def y(self) -> np.ndarray:
+        return self.images.y
+
+    @property
+    def group(self) -> str:
+        """The client's known group ("" without groups)."""
+        return "" if self.images.group is None else str(self.images.group)
 
     @property
     def num_examples(self) -> int:
         return len(self.y)
 
     def new_model(self) -> nn.Module:
-        return make_model(self.model.name, self.shape, self.num_classes)
+        return make_model(self.model.name, self.images.shape, self.images.num_classes)
 
     def training_batch(self, batch_size: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return batch_at(self.x, self.y, batch_size, rng)
@@ -242,9 +281,15 @@ class VisionTask:
         penalty = proximal_penalty(model, proximal_mu) if proximal_mu > 0 else None
         return train_batches(model, self.x, self.y, self.training, rng, penalty=penalty)
 
+    def loss(self, model: nn.Module, examples: int, rng: np.random.Generator) -> tuple[float, int]:
+        """Cross-entropy of ``model`` on up to ``examples`` of the client's training images."""
+        pick = batch_indices(len(self.y), examples, rng)
+        return accuracy(model, self.x[pick], self.y[pick])[1], len(pick)
+
     def evaluate(self, model: nn.Module, rng: np.random.Generator) -> dict[str, float]:
-        acc, loss = accuracy(model, self.x, self.y)
-        return {"accuracy": acc, "loss": loss, "num-examples": len(self.y)}
+        x, y = (self.images.x_test, self.images.y_test) if len(self.images.y_test) else (self.x, self.y)
+        acc, loss = accuracy(model, x, y)
+        return {"accuracy": acc, "loss": loss, "num-examples": len(y)}
 
     def forecasts(self, model: nn.Module) -> dict[str, np.ndarray] | None:
         return None

@@ -110,8 +110,10 @@ def evaluate_windows(model: nn.Module, windows: ClientWindows) -> dict[str, floa
 
 
 @functools.lru_cache(maxsize=8)
-def node_windows(data: WaterDataConfig, partition_id: int, data_path: str | None) -> tuple[str, ClientWindows]:
-    """Household id and windows of a node: ``partition_id`` of the pool, or the node's own file.
+def node_windows(data: WaterDataConfig, partition_id: int,
+                 data_path: str | None) -> tuple[str, ClientWindows, str]:
+    """Household id, windows and known group (household type, or "") of a node: ``partition_id`` of the
+    pool, or the node's own file.
 
     ``data_path`` (deployment: the node's own file) overrides the run config's path; the active filter
     compares households with each other, which a node holding one household cannot do (the operator
@@ -123,7 +125,7 @@ def node_windows(data: WaterDataConfig, partition_id: int, data_path: str | None
     pool = load_pool(data)
     index = 0 if data_path is not None and len(pool) == 1 else partition_id
     windows = pool.client(index, data)  # a clear error when index is outside the pool
-    return pool.households[index].household_id, windows
+    return pool.households[index].household_id, windows, pool.group_of(index)
 
 
 @dataclass(frozen=True)
@@ -140,12 +142,13 @@ class WaterTask:
     model: LSTMParams
     training: TrainSettings
     perfedavg: PerFedAvgSettings | None = None
+    group: str = ""
 
     @classmethod
     def for_node(cls, data: WaterDataConfig, model: LSTMParams, training: TrainSettings,
                  perfedavg: PerFedAvgSettings | None, partition_id: int, data_path: str | None) -> WaterTask:
-        household, windows = node_windows(data, partition_id, data_path)
-        return cls(partition_id, household, windows, model, training, perfedavg)
+        household, windows, group = node_windows(data, partition_id, data_path)
+        return cls(partition_id, household, windows, model, training, perfedavg, group)
 
     @property
     def num_examples(self) -> int:
@@ -165,6 +168,12 @@ class WaterTask:
                                    self.perfedavg, rng)
         penalty = proximal_penalty(model, proximal_mu) if proximal_mu > 0 else None
         return train_windows(model, w, self.training, rng, penalty=penalty)
+
+    def loss(self, model: nn.Module, examples: int, rng: np.random.Generator) -> tuple[float, int]:
+        """Training MSE (scaled) of ``model`` on up to ``examples`` of the household's training windows."""
+        w = self.windows
+        pick = batch_indices(len(w.y_train), examples, rng)
+        return float(np.mean((predict(model, w.x_train[pick]) - w.y_train[pick]) ** 2)), len(pick)
 
     def evaluate(self, model: nn.Module, rng: np.random.Generator) -> dict[str, float]:
         """Held-out errors (:func:`evaluate_windows`); Per-FedAvg personalises first with ``rng``'s batch."""
