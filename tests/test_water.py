@@ -133,3 +133,30 @@ def test_a_daiad_source_needs_its_file_when_the_pool_is_loaded_not_before():
     config = WaterDataConfig(source="daiad")
     with pytest.raises(ValueError, match="needs a data path"):
         load_pool(config)
+
+
+def test_naive_forecasts_hand_case():
+    from bouquet.tasks.water import naive_forecasts
+
+    x = np.arange(24, dtype=np.float32).reshape(2, 12, 1)  # rows 0..11 and 12..23
+    out = naive_forecasts(x)
+    assert out["last value"].tolist() == [11.0, 23.0]
+    assert out["same day last week"].tolist() == [5.0, 17.0]  # 7 days before the target: index 12 - 7
+    assert out["window mean"].tolist() == [5.5, 17.5]
+    assert "same day last week" not in naive_forecasts(x[:, :6])  # a 6-day look-back has no last week
+    with pytest.raises(ValueError, match="lookback"):
+        naive_forecasts(x[:, :, 0])
+
+
+def test_naive_errors_are_litre_maes_through_the_scaler():
+    from bouquet.data.water import ClientWindows
+    from bouquet.tasks.water import naive_errors
+
+    x = np.full((3, 12, 1), 0.5, dtype=np.float32)
+    x[:, -1, 0] = [0.1, 0.2, 0.3]
+    y = np.array([0.1, 0.2, 0.4], dtype=np.float32)
+    windows = ClientWindows(x, y, x, y, np.array(["2020-01-01"] * 3, dtype="datetime64[D]"), offset=10.0,
+                            scale=100.0)
+    errors = naive_errors(windows)
+    assert errors["last value"] == pytest.approx(100 * 0.1 / 3)  # only the third misses, by 0.1 scaled
+    assert errors["window mean"] == pytest.approx(100 * np.mean(np.abs(x[:, :, 0].mean(axis=1) - y)), rel=1e-6)

@@ -21,8 +21,8 @@ from bouquet.tasks.base import Penalty, batch_indices, proximal_penalty
 from bouquet.tasks.params import LSTMParams, PerFedAvgSettings, TrainSettings
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
 
-__all__ = ["LSTMForecaster", "TrainSettings", "WaterTask", "evaluate_windows", "node_windows", "predict",
-           "proximal_penalty", "train_windows"]
+__all__ = ["NAIVE_FORECASTS", "LSTMForecaster", "TrainSettings", "WaterTask", "evaluate_windows", "naive_errors",
+           "naive_forecasts", "node_windows", "predict", "proximal_penalty", "train_windows"]
 
 
 class LSTMForecaster(nn.Module):
@@ -107,6 +107,33 @@ def evaluate_windows(model: nn.Module, windows: ClientWindows) -> dict[str, floa
         "mae-litres": float(np.mean(np.abs(err))),
         "wape": float(np.abs(err).sum() / total) if total > 0 else float("nan"),
     }
+
+
+#: The naive forecasters every water result is reported beside (no training, no federation).
+NAIVE_FORECASTS = ("last value", "same day last week", "window mean")
+
+
+def naive_forecasts(x: np.ndarray) -> dict[str, np.ndarray]:
+    """Next-day forecasts from the look-back windows alone (scaled units, like the model's).
+
+    ``last value``: yesterday's use; ``same day last week``: the use 7 days before the target (needs a
+    look-back of at least 7); ``window mean``: the mean of the look-back (12 days by default).  The
+    scaler is affine, so these are the litre forecasts scaled.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 3 or x.shape[1] < 1:
+        raise ValueError(f"windows must be (n, lookback, 1), got shape {x.shape}")
+    out = {"last value": x[:, -1, 0], "window mean": x[:, :, 0].mean(axis=1)}
+    if x.shape[1] >= 7:
+        out["same day last week"] = x[:, -7, 0]
+    return out
+
+
+def naive_errors(windows: ClientWindows) -> dict[str, float]:
+    """Held-out MAE in litres/day of each :func:`naive_forecasts` on the test windows."""
+    litres = windows.to_litres(windows.y_test)
+    return {name: float(np.mean(np.abs(windows.to_litres(forecast) - litres)))
+            for name, forecast in naive_forecasts(windows.x_test).items()}
 
 
 @functools.lru_cache(maxsize=8)

@@ -13,7 +13,10 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    strategy = HKFedAvg(geometry="cosine", tau=0.5, fraction_train=1.0)  # was: FedAvg(fraction_train=1.0)
-    result = strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(3)]),
-                            num_rounds=int(context.run_config["num-server-rounds"]))
+    # was: FedAvg(fraction_train=1.0); coalition_models="personal" serves each coalition its own model
+    strategy = HKFedAvg(geometry="cosine", tau=0.5, fraction_train=1.0,
+                        coalition_models=str(context.run_config["coalition-models"]))
+    rounds = int(context.run_config["num-server-rounds"])
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(3)]), num_rounds=rounds)
     print("FOREIGN-APP-FINAL", result.arrays.to_numpy_ndarrays()[0].tolist(), flush=True)
+    print("FOREIGN-APP-MSE", float(result.evaluate_metrics_clientapp[rounds]["mse"]), flush=True)

@@ -1,0 +1,91 @@
+"""The known-groups study runner and its figure script: a 2-arm x 2-round smoke run, the layers, hand cases."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from tests.script_loader import ROOT, script
+
+RUNNER, FIGURES = "run_groups_experiments", "groups_figures"
+
+
+@pytest.mark.e2e
+def test_smoke_run_on_rotated_digits_writes_every_figure_and_resumes(tmp_path, capsys, ray_head):
+    runner, figures = script(RUNNER), script(FIGURES)
+    args = ["--data", "digits-rotate", "--profile", "smoke", "--arms", "fedavg,ifca", "--seeds", "0",
+            "--out", str(tmp_path), "--ray-address", ray_head.address]
+    assert runner.main(args) == 0
+    base = tmp_path / "digits-rotate-smoke"
+    for arm in ("fedavg", "ifca"):
+        summary = json.loads((base / arm / "seed-0" / "summary.json").read_text())
+        assert summary["strategy"] == arm and summary["rounds"] == 2 and summary["clients-evaluated"] == 8
+    assert runner.main(args) == 0  # resumable: nothing left to run
+    assert "2 runs, 2 already done" in capsys.readouterr().out
+
+    figures.main([str(base), "--out", str(tmp_path / "fig")])
+    for name in ("ari_per_round", "k_per_round", "error_per_round", "error_per_group", "served_error"):
+        assert (tmp_path / "fig" / f"{name}.png").stat().st_size > 1000, name
+        assert len(pd.read_csv(tmp_path / "fig" / f"{name}.csv")) > 0, name
+    per_group = pd.read_csv(tmp_path / "fig" / "error_per_group.csv", index_col=0)
+    assert list(per_group.columns) == ["0", "1", "2", "3"] and list(per_group.index) == ["fedavg", "ifca"]
+    table = pd.read_csv(tmp_path / "fig" / "table.csv").set_index("arm")
+    assert table.loc["fedavg", "vs fedavg (%)"] == 0.0
+    assert table.loc["ifca", "K final"] == 4 and 0 <= table.loc["ifca", "served ARI final"] <= 1
+    served = pd.read_csv(tmp_path / "fig" / "served_error.csv")
+    assert len(served) == 16 and set(served.loc[served["arm"] == "fedavg", "model"]) == {"shared"}
+
+
+def test_every_arm_and_benchmark_resolves_to_a_valid_app_config():
+    import tomllib
+
+    from bouquet.config import AppConfig
+    from bouquet.launch import parse_overrides
+
+    runner = script(RUNNER)
+    defaults = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    arms = sorted(p.stem for p in (runner.EXPERIMENTS / "arms").glob("*.toml"))
+    assert {"fedavg", "hk-shared", "ifca", "cfl", "local", "fixed-k-personal"} <= set(arms)
+    for data in ("digits-rotate", "digits-permute", "water-types"):
+        for arm in arms:
+            job = runner.job(data, "quick", arm, 1, ROOT / "unused")
+            config = AppConfig.from_run_config({**defaults, **job.run_config})
+            assert config.sampling.seed == 1 and job.folder.parts[-2:] == (arm, "seed-1")
+            assert job.supernodes == (60 if data == "water-types" else 20), (data, arm)
+    rotate = runner.job("digits-rotate", "quick", "ifca", 0, ROOT).run_config
+    assert rotate["ifca-k"] == 4 and rotate["vision-groups"] == "rotate" and rotate["strategy"] == "ifca"
+    paper_cfl = runner.job("digits-rotate", "quick", "cfl", 0, ROOT).run_config
+    assert (paper_cfl["cfl-eps1"], paper_cfl["cfl-eps2"], paper_cfl["cfl-warmup"]) == (0.4, 1.6, 20)
+    assert parse_overrides("ifca-k=3") == {"ifca-k": 3}
+
+
+def test_unknown_arm_and_missing_data_file_are_clear_errors(tmp_path, monkeypatch):
+    runner = script(RUNNER)
+    with pytest.raises(SystemExit, match="unknown arm 'nope'"):
+        runner.main(["--arms", "nope", "--out", str(tmp_path)])
+    monkeypatch.setattr(runner, "ROOT", tmp_path)  # the data path resolves under an empty project
+    with pytest.raises(SystemExit, match="data file not found"):
+        runner.main(["--data", "daiad", "--arms", "fedavg", "--out", str(tmp_path)])
+
+
+def test_ari_target_round_is_the_first_from_which_every_seed_stays_above():
+    first = script(FIGURES).first_round_at
+    curves = pd.DataFrame({"round": [1, 2, 3, 4, 1, 2, 3, 4], "ari": [0.2, 0.95, 0.5, 1.0, 0.1, 0.9, 0.92, 0.91]})
+    assert first(curves, 0.9) == 4  # seed 0 dips at round 3
+    assert first(curves, 0.05) == 1
+    assert first(curves, 1.01) is None
+
+
+def test_coalition_stability_between_consecutive_rounds(tmp_path):
+    figures = script(FIGURES)
+    run = tmp_path / "hk" / "seed-0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    pd.DataFrame({"round": [1, 1, 1, 1, 2, 2, 2, 3, 3, 3],
+                  "partition-id": [0, 1, 2, 3, 0, 1, 2, 0, 1, 2],
+                  "coalition": ["a", "a", "b", "b", "x", "x", "y", "p", "q", "p"]}).to_csv(run / "coalitions.csv",
+                                                                                          index=False)
+    stable = figures.coalition_stability(figures.load_runs(tmp_path))
+    # round 2 vs 1 over clients 0-2: {0,1},{2} in both -> ARI 1; round 3 vs 2: {0,2},{1} vs {0,1},{2} -> ARI -0.5
+    assert stable["round"].tolist() == [2, 3]
+    assert stable["stability"].tolist() == pytest.approx([1.0, -0.5])
