@@ -19,7 +19,7 @@ litres/day on water.  Writes:
   mean``; :func:`bouquet.tasks.water.naive_errors`) on the same test windows, as rows of the table, bars of
   ``error_per_group`` and boxes of ``served_error``;
 * ``table.md`` / ``table.csv``: per arm, final error mean +- std across clients (mean over seeds), std across
-  seeds, change vs FedAvg, ARI at round 5 and at the end, the round from which ARI stays >= 0.9 (every seed), the final
+  seeds, change vs FedAvg, the share of clients whose error (mean over seeds) is below FedAvg's, ARI at round 5 and at the end, the round from which ARI stays >= 0.9 (every seed), the final
   K and served-model ARI.
 """
 
@@ -162,6 +162,7 @@ def summary_table(errors: pd.DataFrame, records: pd.DataFrame, unit: str) -> pd.
     last = final_errors(errors)
     per_seed = last.groupby(["arm", "seed"])["error"].agg(["mean", "std"])
     fedavg = per_seed.loc["fedavg", "mean"].mean() if "fedavg" in per_seed.index.get_level_values(0) else None
+    per_client = last.groupby(["arm", "partition-id"])["error"].mean().unstack()  # arms x clients, seed mean
     rows = []
     for arm, seeds in per_seed.groupby(level=0):
         rec = records[records["arm"] == arm]
@@ -174,6 +175,9 @@ def summary_table(errors: pd.DataFrame, records: pd.DataFrame, unit: str) -> pd.
                      "std across clients": seeds["std"].mean(),
                      "std across seeds": None if naive else seeds["mean"].std(ddof=0),
                      "vs fedavg (%)": 100.0 * (mean - fedavg) / fedavg if fedavg else None,
+                     "clients better than fedavg (%)": 100.0 * float((per_client.loc[arm]
+                                                                      < per_client.loc["fedavg"]).mean())
+                     if fedavg else None,
                      f"ARI r{TARGET_ROUND}": at["ari"].mean(), "ARI final": end["ari"].mean(),
                      f"ARI>={TARGET_ARI} from round": first_round_at(rec.dropna(subset=["ari"]), TARGET_ARI)
                      if rec["ari"].notna().any() else None,
@@ -223,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     if has_groups:
         per_group = last.groupby(["arm", "group", "seed"])["error"].mean().groupby(["arm", "group"]).mean().unstack()
         per_group.to_csv(out / "error_per_group.csv")
-        ax = per_group.plot.bar(figsize=(9, 4.5))
-        ax.set_ylabel(f"final {unit}, mean over the group's clients")
+        ax = per_group.plot.bar(figsize=(9, 5.5))
+        ax.set_ylabel(f"final {unit} (group mean)")
         ax.figure.tight_layout()
         ax.figure.savefig(out / "error_per_group.png", dpi=120)
         plt.close(ax.figure)

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -89,3 +90,15 @@ def test_coalition_stability_between_consecutive_rounds(tmp_path):
     # round 2 vs 1 over clients 0-2: {0,1},{2} in both -> ARI 1; round 3 vs 2: {0,2},{1} vs {0,1},{2} -> ARI -0.5
     assert stable["round"].tolist() == [2, 3]
     assert stable["stability"].tolist() == pytest.approx([1.0, -0.5])
+
+
+def test_group_cosines_split_pairs_within_and_between_groups():
+    probe = script("group_cosines")
+    vectors = np.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0], [0.1, 1.0]])
+    groups = np.array(["a", "a", "b", "b"])
+    cosines = probe.cosine_matrix(vectors)
+    within, between = probe.split_pairs(cosines, groups)
+    assert len(within) == 2 and len(between) == 4
+    assert within.min() > 0.99 and between.max() < 0.2
+    row = probe.describe(3, "updates", cosines, groups)
+    assert row["round"] == 3 and row["within >= 0.9"] == 1.0 and row["between < 0.3"] == 1.0
