@@ -39,9 +39,11 @@ from bouquet.data.images import VisionDataConfig
 from bouquet.data.water import WaterDataConfig
 from bouquet.params import ParamError
 from bouquet.strategies.params import (
+    ROBUST_RULES,
     CoalitionParams,
     ModelStoreParams,
     ProximalParams,
+    RobustRuleParams,
     SamplingParams,
     SelectionParams,
 )
@@ -63,7 +65,7 @@ TASKS = ("water", "vision")
 #: Strategy families and their variants (the part of the name after the family).
 _FAMILIES: dict[str, tuple[str, ...]] = {"fedavg": (), "fedprox": (), "hk": ("cosine", "euclidean", "cosine-bounded"),
                                          "fixed-k": FIXED_K_GEOMETRIES, "perfedavg": PERFEDAVG_VARIANTS,
-                                         "ifca": (), "cfl": (), "local": ()}
+                                         "ifca": (), "cfl": (), "local": (), **{rule: () for rule in ROBUST_RULES}}
 #: Families whose aggregation forms coalitions (``coalition-models = "personal"`` applies to them).
 COALITION_FAMILIES = ("hk", "fixed-k")
 #: Families that serve each client its cluster's (or its own) model whatever ``coalition-models`` says.
@@ -192,6 +194,7 @@ _SECTIONS = (
     _Section("store", ModelStoreParams, rename={"coalition_models": "coalition-models"}),
     _Section("ifca", IFCAParams, prefix="ifca-"),
     _Section("cfl", CFLParams, prefix="cfl-"),
+    _Section("robust", RobustRuleParams, prefix="robust-"),
     _Section("sckm_select", SCKMSelectSelector, rename={"layer_combine": "sckm-layer-combine"}),
     _Section("sckm_cluster", SCKMClusterSelector, prefix="sckm-"),
     _Section("power_of_choice", PowerOfChoiceSelector, prefix="pow-"),
@@ -321,6 +324,7 @@ class AppConfig:
     store: ModelStoreParams = field(default_factory=ModelStoreParams)
     ifca: IFCAParams = field(default_factory=IFCAParams)
     cfl: CFLParams = field(default_factory=CFLParams)
+    robust: RobustRuleParams = field(default_factory=RobustRuleParams)
     sckm_select: SCKMSelectSelector = field(default_factory=SCKMSelectSelector)
     sckm_cluster: SCKMClusterSelector = field(default_factory=SCKMClusterSelector)
     power_of_choice: PowerOfChoiceSelector = field(default_factory=PowerOfChoiceSelector)
@@ -342,6 +346,24 @@ class AppConfig:
         if self.store.coalition_models == "personal" and spec.family not in (*COALITION_FAMILIES, *CLUSTER_FAMILIES):
             raise ConfigError(f"run-config 'coalition-models': 'personal' serves each coalition its model, but "
                               f"strategy {spec.name!r} forms no coalitions (use hk-* or fixed-k-*)")
+        for key, value in (("hk-min-coalition-fraction", self.coalitions.min_coalition_fraction),
+                           ("hk-update-norm-bound", self.coalitions.update_norm_bound)):
+            if value and spec.family not in COALITION_FAMILIES:
+                raise ConfigError(f"run-config {key!r}: a robust option of coalition aggregation, but strategy "
+                                  f"{spec.name!r} forms no coalitions (use hk-* or fixed-k-*)")
+        if spec.family in ROBUST_RULES:
+            needed = self.robust.replies_needed(spec.family)
+            if needed > self.sampling.clients_per_round:
+                by_m = spec.family == "multikrum" and needed > 2 * self.robust.num_malicious_nodes + 3
+                key = "robust-num-nodes-to-select" if by_m else "robust-num-malicious-nodes"
+                raise ConfigError(f"run-config {key!r}: {spec.name} with num-malicious-nodes="
+                                  f"{self.robust.num_malicious_nodes} needs at least {needed} clients per round, "
+                                  f"got clients-per-round={self.sampling.clients_per_round}")
+        elif self.robust != RobustRuleParams():
+            changed = next(f.name for f in fields(RobustRuleParams)
+                           if getattr(self.robust, f.name) != getattr(RobustRuleParams(), f.name))
+            raise ConfigError(f"run-config {_key_for('robust', changed)!r} is set, but strategy {spec.name!r} is not "
+                              f"one of Flower's robust rules ({', '.join(ROBUST_RULES)})")
         if spec.family == "ifca" and self.ifca.k > self.sampling.clients_per_round:
             raise ConfigError(f"run-config 'ifca-k': {self.ifca.k} clusters is more than the "
                               f"{self.sampling.clients_per_round} clients per round (clients-per-round)")

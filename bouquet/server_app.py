@@ -46,7 +46,8 @@ from bouquet.strategies.clustered import CFLClusters, ClusterMeans, IFCASampler,
 from bouquet.strategies.entries import ProximalTerm
 from bouquet.strategies.models import AssignedModels, ModelStore, SharedModel
 from bouquet.strategies.observers import ConsoleLines, Observer, Recorder, RecorderObserver, TrajectoryWriter
-from bouquet.strategies.params import CoalitionParams
+from bouquet.strategies.params import ROBUST_RULES, CoalitionParams
+from bouquet.strategies.robust import FlowerRobustRule
 from bouquet.strategies.sampling import Sampler, UniformSampler
 from bouquet.strategies.selection import SketchSelection
 from bouquet.strategies.strategy import BouquetStrategy
@@ -65,14 +66,19 @@ def _aggregator(config: AppConfig) -> Aggregator:
     if family == "hk":
         return Coalitions(HKRule(config.hk, config.coalitions.record_trajectories), config.coalitions)
     if family == "fixed-k":  # fixed-K partitions the trained models: the paper's baseline, no opinion space
+        c = config.coalitions
         return Coalitions(FixedKRule(config.fixed_k),
-                          CoalitionParams(barycenter_weighting=config.coalitions.barycenter_weighting))
+                          CoalitionParams(barycenter_weighting=c.barycenter_weighting,
+                                          min_coalition_fraction=c.min_coalition_fraction,
+                                          update_norm_bound=c.update_norm_bound))
     if family == "ifca":
         return ClusterMeans()
     if family == "cfl":
         return CFLClusters(config.cfl)
     if family == "local":
         return LocalModels()
+    if family in ROBUST_RULES:
+        return FlowerRobustRule(family, config.robust)
     return WeightedMean()  # fedavg, fedprox, and Per-FedAvg (whose difference is on the clients)
 
 

@@ -71,6 +71,7 @@ __all__ = [
     "hk_aggregate",
     "hk_coalitions",
     "hk_dynamics",
+    "member_shares",
     "neighbourhoods",
     "opinion_trajectory_2d",
 ]
@@ -340,12 +341,15 @@ def hk_coalitions(weights: np.ndarray, params: HKParams, record: bool = False,
     return dataclasses.replace(hk_dynamics(gram_embedding(gram), params, record=record), gram=gram)
 
 
-def coalition_weights(labels: np.ndarray, num_examples: np.ndarray | None = None) -> np.ndarray:
-    """Per-client coefficients ``c`` such that ``c @ W`` is the uniform mean of barycenters (eq. 15-16).
+def member_shares(labels: np.ndarray, num_examples: np.ndarray | None = None) -> np.ndarray:
+    """Each client's share of its coalition's barycenter (eq. 15): ``1 / |C(i)|``, or ``n_i / N_C(i)``.
 
-    Uniform barycenters give ``c_i = 1 / (K |C(i)|)``.  With ``num_examples``
-    each barycenter is sample-weighted inside its coalition (coalitions still
-    count equally).
+    Parameters
+    ----------
+    labels : array of int, shape (S,)
+        Coalition id per client, ids 0..K-1.
+    num_examples : array, shape (S,), optional
+        Positive example counts; members then count by them inside their coalition.
     """
     labels = np.asarray(labels)
     k = int(labels.max()) + 1
@@ -356,7 +360,17 @@ def coalition_weights(labels: np.ndarray, num_examples: np.ndarray | None = None
         if within.shape != labels.shape or np.any(within <= 0):
             raise ValueError("num_examples must be positive, one per client")
     totals = np.bincount(labels, weights=within, minlength=k)
-    return within / totals[labels] / k
+    return within / totals[labels]
+
+
+def coalition_weights(labels: np.ndarray, num_examples: np.ndarray | None = None) -> np.ndarray:
+    """Per-client coefficients ``c`` such that ``c @ W`` is the uniform mean of barycenters (eq. 15-16).
+
+    Uniform barycenters give ``c_i = 1 / (K |C(i)|)``.  With ``num_examples``
+    each barycenter is sample-weighted inside its coalition (coalitions still
+    count equally).
+    """
+    return member_shares(labels, num_examples) / (int(np.asarray(labels).max()) + 1)
 
 
 def hk_aggregate(weights: np.ndarray, params: HKParams, num_examples: np.ndarray | None = None,

@@ -33,20 +33,22 @@ _EXPORTS = {
     "SharedModel": "models", "AssignedModels": "models",
     "IFCASampler": "clustered", "ClusterMeans": "clustered", "CFLClusters": "clustered", "LocalModels": "clustered",
     "ifca_strategy": "wrappers", "cfl_strategy": "wrappers", "local_strategy": "wrappers",
+    "robust_strategy": "wrappers",
     "ProximalTerm": "entries",
     "ConsoleLines": "observers", "RecorderObserver": "observers", "TrajectoryWriter": "observers",
     "ServerState": "state",
     "screen_replies": "replies",
     "SamplingParams": "params", "SelectionParams": "params", "CoalitionParams": "params", "ProximalParams": "params",
-    "ModelStoreParams": "params",
+    "ModelStoreParams": "params", "RobustRuleParams": "params",
+    "FlowerRobustRule": "robust",
 }
 
 __all__ = ["AssignedModels", "BouquetStrategy", "CFLClusters", "ClusterMeans", "CoalitionParams", "Coalitions",
-           "ConsoleLines", "FixedKFedAvg", "FixedKRule", "HKFedAvg", "HKRule", "IFCASampler", "LocalModels",
-           "ModelStoreParams", "NodeOrder", "ProximalParams", "ProximalTerm", "RecorderObserver", "SamplingParams",
-           "SeededFedAvg", "SeededFedProx", "SelectionParams", "ServerState", "SharedModel", "SketchSelection",
+           "ConsoleLines", "FixedKFedAvg", "FixedKRule", "FlowerRobustRule", "HKFedAvg", "HKRule", "IFCASampler", "LocalModels",
+           "ModelStoreParams", "NodeOrder", "ProximalParams", "ProximalTerm", "RecorderObserver", "RobustRuleParams",
+           "SamplingParams", "SeededFedAvg", "SeededFedProx", "SelectionParams", "ServerState", "SharedModel", "SketchSelection",
            "TrajectoryWriter", "UniformSampler", "WeightedMean", "cfl_strategy", "ifca_strategy", "local_strategy",
-           "screen_replies", "selection_strategy"]
+           "robust_strategy", "screen_replies", "selection_strategy"]
 
 
 def __getattr__(name: str) -> Any:

@@ -27,7 +27,8 @@ import numpy as np
 
 from bouquet.algorithms.coalitions_fixed_k import FixedKParams, fixed_k_coalitions
 from bouquet.algorithms.groups import agreement
-from bouquet.algorithms.hk import HKParams, coalition_weights, hk_coalitions
+from bouquet.algorithms.hk import HKParams, hk_coalitions
+from bouquet.algorithms.robust import clip_updates, robust_coalition_weights
 from bouquet.strategies.params import CoalitionParams
 from bouquet.strategies.rounds import Aggregate, ClientUpdates
 
@@ -145,12 +146,18 @@ class Coalitions:
     singleton and the rule partitions the others.  The report holds K^t, the coalition sizes, the
     singletons and the rule's own facts; the ``coalitions`` table one row per member.
 
+    Robust options (``params``; off by default, which is eq. 15-16 bit for bit): ``update_norm_bound``
+    clips each update ``w_i - theta_i`` to that multiple of the round's median update norm before the rule
+    and before averaging (the report lists the ``clipped-nodes``); ``min_coalition_fraction`` leaves the
+    coalitions smaller than that fraction of the round out of the shared model (``left-out`` clients; their
+    coalition's barycenter is still their personal model).  See :mod:`bouquet.algorithms.robust`.
+
     Parameters
     ----------
     rule : CoalitionRule
         :class:`HKRule` or :class:`FixedKRule` (or your own).
     params : CoalitionParams
-        Barycenter weighting, opinion space, trajectory recording.
+        Barycenter weighting, opinion space, trajectory recording, the robust options.
     """
 
     def __init__(self, rule: CoalitionRule, params: CoalitionParams | None = None) -> None:
@@ -168,16 +175,23 @@ class Coalitions:
                 log.warning("round %d: reply of node %d excluded: all-zero weights", updates.server_round, int(node))
             matrix = matrix[nonzero]
             kept = updates.subset(nonzero)
+        robust: dict[str, Any] = {}
+        if self.params.update_norm_bound > 0:
+            matrix, clipped_nodes = self._clip(matrix, layout, kept)
+            robust = {"clipped": len(clipped_nodes), "clipped-nodes": clipped_nodes}
         labels, partition = self._partition(matrix, layout, kept)
         examples = None
         if self.params.barycenter_weighting == "samples":
             examples = np.array([float(n) for n in kept.num_examples])
-        aggregate = coalition_weights(labels, examples).astype(matrix.dtype) @ matrix
+        coefficients = robust_coalition_weights(labels, examples, self.params.min_coalition_fraction)
+        aggregate = coefficients.astype(matrix.dtype) @ matrix
+        if self.params.min_coalition_fraction > 0:
+            robust["left-out"] = int((coefficients == 0).sum())
         sizes_by_label = np.bincount(labels)
         sizes = sorted(sizes_by_label.tolist(), reverse=True)
         report = {"coalitions": len(sizes), "coalition-sizes": sizes,
                   "singletons": int(sum(1 for s in sizes if s == 1)), "excluded-zero": int((~nonzero).sum()),
-                  **partition.report}
+                  **robust, **partition.report}
         groups = kept.groups()
         if groups is not None:
             report["ari"] = agreement(groups, labels.tolist())
@@ -188,12 +202,27 @@ class Coalitions:
         keys = {label: f"r{updates.server_round}-c{label}" for label in range(len(sizes_by_label))}
         artifacts = {"hk-trajectory": partition.trajectory} if partition.trajectory is not None else {}
         summary = (f"{self.label} -> K={len(sizes)} coalitions, sizes {sizes}, {report['singletons']} singletons"
-                   + "".join(f", {k} {v}" for k, v in partition.report.items()))
+                   + "".join(f", {k} {v}" for k, v in partition.report.items())
+                   + "".join(f", {k} {v}" for k, v in robust.items() if k != "clipped-nodes"))
         return Aggregate(model=layout.unflatten(aggregate, template), report=report,
                          tables={"coalitions": rows, "coalition_models": model_rows}, artifacts=artifacts,
                          labels=labels, node_ids=kept.node_ids, summary=summary,
                          groups={keys[label]: model for label, model in enumerate(models)},
                          assignment={node: keys[int(label)] for node, label in zip(kept.node_ids, labels)})
+
+    def _clip(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> tuple[np.ndarray, list[int]]:
+        """The models with each update clipped to ``update_norm_bound`` x the median norm, and who was clipped."""
+        references = kept.reference_matrix(layout, matrix.dtype)
+        clipped, factors = clip_updates(matrix - references, self.params.update_norm_bound)
+        rows = np.flatnonzero(factors < 1.0)
+        if not rows.size:
+            return matrix, []
+        matrix = matrix.copy()  # the stacked replies are shared with the round's other readers
+        matrix[rows] = references[rows] + clipped[rows]
+        for row in rows:
+            log.info("round %d: update of node %d clipped by %.3g", kept.server_round, int(kept.node_ids[row]),
+                     factors[row])
+        return matrix, [int(kept.node_ids[row]) for row in rows]
 
     @staticmethod
     def _barycenters(matrix: np.ndarray, layout: Any, template: Any, labels: np.ndarray, examples: np.ndarray | None,
@@ -234,4 +263,8 @@ class Coalitions:
         p = self.params
         line = (f"Aggregation: {self.rule.label} coalitions ({self.rule.describe()}), barycenters "
                 f"{p.barycenter_weighting}, opinions = {p.opinion_space}")
+        if p.update_norm_bound > 0:
+            line += f", updates clipped at {p.update_norm_bound:g} x the median norm"
+        if p.min_coalition_fraction > 0:
+            line += f", coalitions under {p.min_coalition_fraction:g} of the round left out of the shared model"
         return [line]

@@ -8,12 +8,13 @@ to FedProx's train-config entry.  Defaults live here and nowhere else; validatio
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from bouquet.params import require
 
-__all__ = ["COALITION_MODELS", "MODES", "OPINION_SPACES", "WEIGHTINGS", "CoalitionParams", "ModelStoreParams",
-           "ProximalParams", "SamplingParams", "SelectionParams"]
+__all__ = ["COALITION_MODELS", "MODES", "OPINION_SPACES", "ROBUST_RULES", "WEIGHTINGS", "CoalitionParams",
+           "ModelStoreParams", "ProximalParams", "RobustRuleParams", "SamplingParams", "SelectionParams"]
 
 #: How sketch-based selection learns about clients.
 MODES = ("query", "piggyback")
@@ -23,6 +24,8 @@ OPINION_SPACES = ("weights", "updates")
 WEIGHTINGS = ("uniform", "samples")
 #: What coalition aggregation serves: one shared model (eq. 16) or each coalition its own.
 COALITION_MODELS = ("shared", "personal")
+#: Flower's Byzantine-robust aggregation rules (flwr.serverapp.strategy), selectable as aggregator parts.
+ROBUST_RULES = ("krum", "multikrum", "bulyan", "fedmedian", "fedtrimmedavg")
 
 
 @dataclass(frozen=True)
@@ -129,17 +132,31 @@ class CoalitionParams:
         zero forms a singleton.  Aggregation always averages the models.
     record_trajectories : bool, default False
         Keep each round's opinion dynamics (HK) for trajectory plots.
+    min_coalition_fraction : float, default 0.0
+        Robust option: coalitions with fewer than this fraction of the round's clients get no weight in
+        the shared model (eq. 16 over the others; :func:`bouquet.algorithms.robust.robust_coalition_weights`).
+        0 is the paper.  In [0, 1].
+    update_norm_bound : float, default 0.0
+        Robust option: each update ``w_i - theta`` is clipped to at most this multiple of the round's
+        median update norm before the rule and before averaging
+        (:func:`bouquet.algorithms.robust.clip_updates`).  0 is off (the paper); otherwise > 0.
     """
 
     barycenter_weighting: str = "uniform"
     opinion_space: str = "weights"
     record_trajectories: bool = False
+    min_coalition_fraction: float = 0.0
+    update_norm_bound: float = 0.0
 
     def __post_init__(self) -> None:
         require(self.barycenter_weighting in WEIGHTINGS, "barycenter_weighting",
                 f"barycenter_weighting must be one of {WEIGHTINGS}, got {self.barycenter_weighting!r}")
         require(self.opinion_space in OPINION_SPACES, "opinion_space",
                 f"opinion_space must be one of {OPINION_SPACES}, got {self.opinion_space!r}")
+        require(0.0 <= self.min_coalition_fraction <= 1.0, "min_coalition_fraction",
+                f"min_coalition_fraction must be in [0, 1], got {self.min_coalition_fraction}")
+        require(math.isfinite(self.update_norm_bound) and self.update_norm_bound >= 0, "update_norm_bound",
+                f"update_norm_bound must be 0 (off) or a finite number > 0, got {self.update_norm_bound}")
 
 
 @dataclass(frozen=True)
@@ -176,3 +193,39 @@ class ModelStoreParams:
     def __post_init__(self) -> None:
         require(self.coalition_models in COALITION_MODELS, "coalition_models",
                 f"coalition-models must be one of {COALITION_MODELS}, got {self.coalition_models!r}")
+
+
+@dataclass(frozen=True)
+class RobustRuleParams:
+    """Parameters of Flower's robust aggregation rules (:class:`bouquet.strategies.robust.FlowerRobustRule`).
+
+    Defaults are Flower's own (``flwr.serverapp.strategy.Krum``, ``MultiKrum``, ``Bulyan``, ``FedTrimmedAvg``).
+
+    Parameters
+    ----------
+    num_malicious_nodes : int, default 0
+        f, the attackers the rule is built to withstand (Krum, MultiKrum, Bulyan).  Krum scores each model by
+        its n - f - 2 nearest neighbours and needs n >= 2 f + 3 replies (Blanchard et al. 2017); Bulyan
+        needs n >= 4 f + 3 (El Mhamdi et al. 2018).
+    num_nodes_to_select : int, default 1
+        m, the models MultiKrum averages (Krum: always 1).
+    trim_beta : float, default 0.2
+        FedTrimmedAvg's fraction cut from each end of every coordinate, in [0, 0.5).
+    """
+
+    num_malicious_nodes: int = 0
+    num_nodes_to_select: int = 1
+    trim_beta: float = 0.2
+
+    def __post_init__(self) -> None:
+        require(self.num_malicious_nodes >= 0, "num_malicious_nodes",
+                f"num_malicious_nodes must be >= 0, got {self.num_malicious_nodes}")
+        require(self.num_nodes_to_select >= 1, "num_nodes_to_select",
+                f"num_nodes_to_select must be >= 1, got {self.num_nodes_to_select}")
+        require(0.0 <= self.trim_beta < 0.5, "trim_beta", f"trim_beta must be in [0, 0.5), got {self.trim_beta}")
+
+    def replies_needed(self, rule: str) -> int:
+        """The fewest replies ``rule`` can aggregate with these parameters."""
+        f = self.num_malicious_nodes
+        return {"krum": 2 * f + 3, "multikrum": max(2 * f + 3, self.num_nodes_to_select),
+                "bulyan": 4 * f + 3}.get(rule, 1)

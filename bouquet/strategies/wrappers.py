@@ -25,15 +25,17 @@ from bouquet.strategies.params import (
     CoalitionParams,
     ModelStoreParams,
     ProximalParams,
+    RobustRuleParams,
     SamplingParams,
     SelectionParams,
 )
+from bouquet.strategies.robust import FlowerRobustRule
 from bouquet.strategies.sampling import UniformSampler
 from bouquet.strategies.selection import SketchSelection
 from bouquet.strategies.strategy import BouquetStrategy
 
 __all__ = ["FixedKFedAvg", "HKFedAvg", "SeededFedAvg", "SeededFedProx", "cfl_strategy", "ifca_strategy",
-           "local_strategy", "selection_strategy"]
+           "local_strategy", "robust_strategy", "selection_strategy"]
 
 _S = SamplingParams  # the defaults of the sampling arguments below
 
@@ -126,6 +128,12 @@ class HKFedAvg(BouquetStrategy):
         ``shared``: the paper's one model (eq. 16).  ``personal``: each coalition's barycenter is its
         model; a client is sent the model of the coalition it joined at its last participation
         (:class:`~bouquet.strategies.models.AssignedModels`).
+    min_coalition_fraction : float, default 0.0
+        Robust option: coalitions with fewer than this fraction of the round's clients get no weight in the
+        shared model (0: eq. 16, the paper).
+    update_norm_bound : float, default 0.0
+        Robust option: clip each update ``w_i - theta`` to this multiple of the round's median update norm
+        before HK and before averaging (0: off, the paper).
     clients_per_round, fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes,
     min_available_nodes, seed, node_wait_seconds, recorder
         As in :class:`SeededFedAvg`.
@@ -139,6 +147,8 @@ class HKFedAvg(BouquetStrategy):
                  opinion_space: str = CoalitionParams.opinion_space,
                  record_trajectories: bool = CoalitionParams.record_trajectories,
                  coalition_models: str = ModelStoreParams.coalition_models,
+                 min_coalition_fraction: float = CoalitionParams.min_coalition_fraction,
+                 update_norm_bound: float = CoalitionParams.update_norm_bound,
                  clients_per_round: int | None = _S.clients_per_round, fraction_train: float = _S.fraction_train,
                  fraction_evaluate: float = _S.fraction_evaluate, min_train_nodes: int = _S.min_train_nodes,
                  min_evaluate_nodes: int = _S.min_evaluate_nodes, min_available_nodes: int = _S.min_available_nodes,
@@ -146,7 +156,8 @@ class HKFedAvg(BouquetStrategy):
                  recorder: Recorder | None = None) -> None:
         hk = HKParams(geometry=geometry, tau=tau, eps_l=eps_l, eps_r=eps_r, delta=delta, s_max=s_max,
                       coalition_tol=coalition_tol, opinions=opinions, barycenter_weighting=barycenter_weighting)
-        coalitions = CoalitionParams(barycenter_weighting, opinion_space, record_trajectories)
+        coalitions = CoalitionParams(barycenter_weighting, opinion_space, record_trajectories, min_coalition_fraction,
+                                     update_norm_bound)
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
                                   min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds)
         super().__init__(sampler=UniformSampler(sampling),
@@ -165,7 +176,8 @@ class FixedKFedAvg(BouquetStrategy):
         k-means on the models or on the unit-normalised models; seeded per round with ``[seed, round]``.
     barycenter_weighting : {"uniform", "samples"}, default "uniform"
     coalition_models : {"shared", "personal"}, default "shared"
-        As in :class:`HKFedAvg`.
+    min_coalition_fraction, update_norm_bound : float, default 0.0
+        As in :class:`HKFedAvg` (0: the paper's eq. 16, no clipping).
     clients_per_round, fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes,
     min_available_nodes, seed, node_wait_seconds, recorder
         As in :class:`SeededFedAvg`.
@@ -174,6 +186,8 @@ class FixedKFedAvg(BouquetStrategy):
     def __init__(self, *, k: int = FixedKParams.k, geometry: str = FixedKParams.geometry,
                  barycenter_weighting: str = CoalitionParams.barycenter_weighting,
                  coalition_models: str = ModelStoreParams.coalition_models,
+                 min_coalition_fraction: float = CoalitionParams.min_coalition_fraction,
+                 update_norm_bound: float = CoalitionParams.update_norm_bound,
                  clients_per_round: int | None = _S.clients_per_round, fraction_train: float = _S.fraction_train,
                  fraction_evaluate: float = _S.fraction_evaluate, min_train_nodes: int = _S.min_train_nodes,
                  min_evaluate_nodes: int = _S.min_evaluate_nodes, min_available_nodes: int = _S.min_available_nodes,
@@ -181,9 +195,11 @@ class FixedKFedAvg(BouquetStrategy):
                  recorder: Recorder | None = None) -> None:
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
                                   min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds)
+        coalitions = CoalitionParams(barycenter_weighting=barycenter_weighting,
+                                     min_coalition_fraction=min_coalition_fraction,
+                                     update_norm_bound=update_norm_bound)
         super().__init__(sampler=UniformSampler(sampling),
-                         aggregator=Coalitions(FixedKRule(FixedKParams(k, geometry)),
-                                               CoalitionParams(barycenter_weighting=barycenter_weighting)),
+                         aggregator=Coalitions(FixedKRule(FixedKParams(k, geometry)), coalitions),
                          models=_store(coalition_models), observers=_observers(recorder))
 
 
@@ -272,4 +288,21 @@ def local_strategy(sampling: SamplingParams, recorder: Recorder | None = None) -
     recorder : Recorder, optional
     """
     return BouquetStrategy(sampler=UniformSampler(sampling), aggregator=LocalModels(), models=AssignedModels(),
+                           observers=_observers(recorder))
+
+
+def robust_strategy(rule: str, params: RobustRuleParams, sampling: SamplingParams,
+                    recorder: Recorder | None = None) -> BouquetStrategy:
+    """One of Flower's robust rules (Krum, MultiKrum, Bulyan, FedMedian, FedTrimmedAvg) behind seeded sampling.
+
+    Parameters
+    ----------
+    rule : {"krum", "multikrum", "bulyan", "fedmedian", "fedtrimmedavg"}
+    params : RobustRuleParams
+        f (``num_malicious_nodes``), MultiKrum's m, FedTrimmedAvg's beta; Flower's defaults.
+    sampling : SamplingParams
+        Who is drawn each round (Krum and MultiKrum need ``2 f + 3`` replies, Bulyan ``4 f + 3``).
+    recorder : Recorder, optional
+    """
+    return BouquetStrategy(sampler=UniformSampler(sampling), aggregator=FlowerRobustRule(rule, params),
                            observers=_observers(recorder))

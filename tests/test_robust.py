@@ -1,0 +1,307 @@
+"""Robust aggregation: HK's clipping and minimum coalition size, and Flower's robust rules as a part."""
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.serverapp.strategy import Bulyan, FedMedian, FedTrimmedAvg, Krum, MultiKrum
+
+from bouquet.algorithms.hk import HKParams, coalition_weights, hk_aggregate
+from bouquet.algorithms.robust import clip_updates, robust_coalition_weights
+from bouquet.config import AppConfig, ConfigError
+from bouquet.params import ParamError
+from bouquet.server_app import build_strategy
+from bouquet.strategies import (
+    BouquetStrategy,
+    FixedKFedAvg,
+    FlowerRobustRule,
+    HKFedAvg,
+    SharedModel,
+    UniformSampler,
+    robust_strategy,
+)
+from bouquet.strategies.params import ROBUST_RULES, CoalitionParams, RobustRuleParams, SamplingParams
+from bouquet.strategies.rounds import TrainRound
+from tests.flower_fakes import ListRecorder, reply
+
+# ------------------------------------------------------------------ math: clipping
+
+
+def test_clip_hand_case():
+    updates = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0], [0.0, -30.0]])
+    clipped, factors = clip_updates(updates, bound=2.0)  # median norm 2.5, cap 5
+    np.testing.assert_array_equal(clipped[:3], updates[:3])
+    np.testing.assert_allclose(clipped[3], [0.0, -5.0])
+    np.testing.assert_allclose(factors, [1, 1, 1, 5 / 30])
+    assert updates[3, 1] == -30.0  # the input is not modified
+
+
+def test_clip_properties_on_random_rounds():
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        s, d = rng.integers(1, 30), rng.integers(1, 40)
+        updates = (rng.normal(size=(s, d)) * rng.lognormal(0, 2, size=(s, 1))).astype(np.float32)
+        bound = float(rng.uniform(0.5, 4))
+        clipped, factors = clip_updates(updates, bound)
+        norms = np.linalg.norm(updates.astype(np.float64), axis=1)
+        cap = bound * np.median(norms)
+        after = np.linalg.norm(clipped.astype(np.float64), axis=1)
+        assert np.all(after <= cap * (1 + 1e-5))  # never above the bound
+        under = norms <= cap
+        np.testing.assert_array_equal(clipped[under], updates[under])  # below the cap: untouched, bit for bit
+        cos = np.sum(clipped[~under] * updates[~under], axis=1) / (after[~under] * norms[~under])
+        np.testing.assert_allclose(cos, 1.0, rtol=1e-5)  # the direction is kept
+        assert np.all((factors > 0) & (factors <= 1))
+
+
+def test_clip_with_a_median_of_zero_clips_every_move_to_zero():
+    updates = np.array([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    clipped, factors = clip_updates(updates, 3.0)
+    np.testing.assert_array_equal(clipped, 0.0)
+    assert factors.tolist() == [1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("bound", [0.0, -1.0, np.nan, np.inf])
+def test_clip_refuses_a_bad_bound(bound):
+    with pytest.raises(ValueError, match="bound must be"):
+        clip_updates(np.ones((2, 2)), bound)
+
+
+def test_clip_refuses_bad_updates():
+    with pytest.raises(ValueError, match="non-empty"):
+        clip_updates(np.ones((0, 3)), 1.0)
+    with pytest.raises(ValueError, match="finite"):
+        clip_updates(np.array([[np.nan, 1.0]]), 1.0)
+
+# ------------------------------------------------------------------ math: minimum coalition fraction
+
+
+def test_min_fraction_hand_cases():
+    labels = np.array([0, 0, 0, 1, 2])
+    np.testing.assert_allclose(robust_coalition_weights(labels, min_fraction=0.3), [1 / 3, 1 / 3, 1 / 3, 0, 0])
+    # 0.2 of 5 clients is 1: every coalition is kept, eq. 16
+    np.testing.assert_array_equal(robust_coalition_weights(labels, min_fraction=0.2), coalition_weights(labels))
+    # none reaches 0.9: the largest ones (two of size 2) are kept
+    np.testing.assert_allclose(robust_coalition_weights(np.array([0, 1, 1, 2, 2]), min_fraction=0.9),
+                               [0, 0.25, 0.25, 0.25, 0.25])
+    # sample-weighted barycenters inside the kept coalitions
+    np.testing.assert_allclose(robust_coalition_weights(np.array([0, 0, 1]), np.array([1.0, 3.0, 5.0]), 0.5),
+                               [0.25, 0.75, 0.0])
+
+
+def test_min_fraction_properties():
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        s = int(rng.integers(1, 40))
+        labels = rng.integers(0, rng.integers(1, s + 1), size=s)
+        labels = np.unique(labels, return_inverse=True)[1]  # ids 0..K-1
+        examples = rng.integers(1, 100, size=s).astype(float)
+        fraction = float(rng.uniform(0, 1))
+        weights = robust_coalition_weights(labels, examples, fraction)
+        sizes = np.bincount(labels)
+        assert np.isclose(weights.sum(), 1.0) and np.all(weights >= 0)
+        small = sizes[labels] < fraction * s
+        if not small.all():
+            assert np.all(weights[small] == 0)  # a coalition below the fraction has zero weight
+        np.testing.assert_array_equal(robust_coalition_weights(labels, examples, 0.0),
+                                      coalition_weights(labels, examples))
+
+
+@pytest.mark.parametrize("fraction", [-0.1, 1.5])
+def test_min_fraction_refuses_out_of_range(fraction):
+    with pytest.raises(ValueError, match="min_fraction must be in"):
+        robust_coalition_weights(np.array([0, 1]), min_fraction=fraction)
+
+
+@pytest.mark.parametrize("field, value, message", [("min_coalition_fraction", 1.2, "must be in .0, 1."),
+                                                   ("update_norm_bound", -2.0, "0 .off. or a finite number"),
+                                                   ("update_norm_bound", float("nan"), "finite number")])
+def test_params_name_the_field(field, value, message):
+    with pytest.raises(ParamError, match=message) as error:
+        CoalitionParams(**{field: value})
+    assert error.value.field == field
+
+# ------------------------------------------------------------------ the aggregator with real Messages
+
+
+def vector(values):
+    return ArrayRecord({"w": Array(np.asarray(values, dtype=np.float32))})
+
+
+def aggregate(strategy, replies, sent, server_round=1):
+    nodes = tuple(r.metadata.src_node_id for r in replies)
+    return strategy.aggregate_train_round(TrainRound(server_round, nodes, {n: sent for n in nodes}, ConfigRecord(), ()),
+                                          replies)[0]["w"].numpy()
+
+
+def honest_and_attackers(honest, attackers, attack, seed=0):
+    """Replies of ``honest`` clients near the true update (1, 0.5, -1) and ``attackers`` sending ``attack(truth)``."""
+    rng = np.random.default_rng(seed)
+    truth = np.array([1.0, 0.5, -1.0])
+    replies = [reply(i + 1, vector(truth + 0.1 * rng.normal(size=3))) for i in range(honest)]
+    replies += [reply(100 + i, vector(attack(truth))) for i in range(attackers)]
+    return replies, truth
+
+
+def cosine(a, b):
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_two_sign_flippers_of_twelve_hijack_the_paper_rule_not_the_min_fraction():
+    replies, truth = honest_and_attackers(10, 2, lambda t: -5 * t)
+    sent = vector(np.zeros(3))
+    paper = aggregate(HKFedAvg(geometry="cosine", tau=0.5), replies, sent)
+    assert cosine(paper, truth) < -0.9  # the attackers' coalition gets half of the model
+    recorder = ListRecorder()
+    robust = aggregate(HKFedAvg(geometry="cosine", tau=0.5, min_coalition_fraction=0.25, recorder=recorder),
+                       replies, sent)
+    assert cosine(robust, truth) > 0.99
+    assert recorder.rounds[-1][2]["left-out"] == 2
+
+
+def test_a_scaled_client_is_clipped_to_the_bound():
+    replies, truth = honest_and_attackers(19, 1, lambda t: 50 * t)
+    sent = vector([0.5, 0.5, 0.5])  # updates are w - sent
+    replies = [reply(r.metadata.src_node_id, vector(r.content["arrays"]["w"].numpy() + 0.5)) for r in replies]
+    paper = aggregate(HKFedAvg(geometry="cosine", tau=0.5, opinion_space="updates"), replies, sent) - 0.5
+    assert np.linalg.norm(paper) > 3 * np.linalg.norm(truth)  # joins the main coalition, inflates its barycenter
+    recorder = ListRecorder()
+    robust = aggregate(HKFedAvg(geometry="cosine", tau=0.5, opinion_space="updates", update_norm_bound=2.0,
+                                recorder=recorder), replies, sent) - 0.5
+    assert np.linalg.norm(robust) < 1.1 * np.linalg.norm(truth) and cosine(robust, truth) > 0.99
+    logged = recorder.rounds[-1][2]
+    assert logged["clipped"] == 1 and logged["clipped-nodes"] == [100]
+
+
+def test_defaults_are_the_papers_rule_bit_for_bit():
+    rng = np.random.default_rng(11)
+    rows = rng.normal(size=(9, 5)).astype(np.float32)
+    replies = [reply(i + 1, vector(row)) for i, row in enumerate(rows)]
+    expected, _ = hk_aggregate(rows, HKParams(geometry="cosine", tau=0.3))
+    for strategy in (HKFedAvg(geometry="cosine", tau=0.3),
+                     HKFedAvg(geometry="cosine", tau=0.3, min_coalition_fraction=0.0, update_norm_bound=0.0)):
+        np.testing.assert_array_equal(aggregate(strategy, replies, vector(np.zeros(5))), expected)
+
+
+def test_left_out_coalitions_keep_their_own_personal_model():
+    replies, truth = honest_and_attackers(10, 2, lambda t: -5 * t)
+    strategy = HKFedAvg(geometry="cosine", tau=0.5, min_coalition_fraction=0.25, coalition_models="personal")
+    nodes = tuple(r.metadata.src_node_id for r in replies)
+    round_ = TrainRound(1, nodes, {n: vector(np.zeros(3)) for n in nodes}, ConfigRecord(), ())
+    strategy.aggregate_train_round(round_, replies)
+    served = strategy.models.arrays_for(100)["w"].numpy()
+    np.testing.assert_allclose(served, -5 * truth, rtol=1e-6)  # the attackers' barycenter, not the shared one
+    assert cosine(strategy.models.arrays_for(1)["w"].numpy(), truth) > 0.99
+
+
+def test_fixed_k_takes_the_same_options():
+    replies, truth = honest_and_attackers(10, 2, lambda t: -5 * t)
+    robust = aggregate(FixedKFedAvg(k=2, geometry="cosine", min_coalition_fraction=0.25), replies, vector(np.zeros(3)))
+    assert cosine(robust, truth) > 0.99
+
+# ------------------------------------------------------------------ the app's run config
+
+
+def test_run_config_keys_reach_the_aggregator():
+    for strategy in ("hk-cosine", "fixed-k-euclidean"):
+        config = AppConfig.from_run_config({"strategy": strategy, "hk-min-coalition-fraction": 0.2,
+                                            "hk-update-norm-bound": 3})
+        params = build_strategy(config).aggregator.params
+        assert (params.min_coalition_fraction, params.update_norm_bound) == (0.2, 3.0)
+
+
+@pytest.mark.parametrize("run_config, key, message", [
+    ({"hk-min-coalition-fraction": 2.0}, "hk-min-coalition-fraction", "must be in"),
+    ({"hk-update-norm-bound": -1.0}, "hk-update-norm-bound", "finite number > 0"),
+    ({"strategy": "fedavg", "hk-update-norm-bound": 2.0}, "hk-update-norm-bound", "forms no coalitions"),
+    ({"strategy": "ifca", "hk-min-coalition-fraction": 0.1}, "hk-min-coalition-fraction", "forms no coalitions"),
+])
+def test_bad_robust_keys_name_the_key(run_config, key, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        AppConfig.from_run_config(run_config)
+    assert f"run-config {key!r}" in str(error.value)
+
+# ------------------------------------------------------------------ Flower's robust rules as a part
+
+
+def _flower_replies(rows, examples):
+    return [reply(i + 1, ArrayRecord({"w": Array(np.asarray(r[:3], dtype=np.float32)),
+                                      "b": Array(np.asarray(r[3:], dtype=np.float32))}), examples=e)
+            for i, (r, e) in enumerate(zip(rows, examples))]
+
+
+@pytest.mark.parametrize("rule, params, flower", [
+    ("krum", RobustRuleParams(num_malicious_nodes=2), lambda: Krum(num_malicious_nodes=2)),
+    ("multikrum", RobustRuleParams(num_malicious_nodes=2, num_nodes_to_select=4),
+     lambda: MultiKrum(num_malicious_nodes=2, num_nodes_to_select=4)),
+    ("bulyan", RobustRuleParams(num_malicious_nodes=2), lambda: Bulyan(num_malicious_nodes=2)),
+    ("fedmedian", RobustRuleParams(), FedMedian),
+    ("fedtrimmedavg", RobustRuleParams(trim_beta=0.2), lambda: FedTrimmedAvg(beta=0.2)),
+])
+def test_each_rule_is_flowers_aggregate_train_bit_for_bit(rule, params, flower):
+    rng = np.random.default_rng(5)
+    rows = rng.normal(size=(11, 5))
+    rows[:2] *= -20  # two outliers
+    examples = rng.integers(5, 50, size=11).tolist()
+    expected, _ = flower().aggregate_train(1, _flower_replies(rows, examples))
+    strategy = BouquetStrategy(sampler=UniformSampler(SamplingParams()), aggregator=FlowerRobustRule(rule, params))
+    nodes = tuple(range(1, 12))
+    sent = ArrayRecord({"w": Array(np.zeros(3, dtype=np.float32)), "b": Array(np.zeros(2, dtype=np.float32))})
+    ours, _ = strategy.aggregate_train_round(TrainRound(1, nodes, {n: sent for n in nodes}, ConfigRecord(), ()),
+                                             _flower_replies(rows, examples))
+    for key in ("w", "b"):
+        np.testing.assert_array_equal(ours[key].numpy(), expected[key].numpy())
+
+
+def test_krum_keeps_the_honest_and_reports_whom():
+    replies, truth = honest_and_attackers(10, 2, lambda t: -5 * t)
+    recorder = ListRecorder()
+    strategy = robust_strategy("krum", RobustRuleParams(num_malicious_nodes=2), SamplingParams(), recorder=recorder)
+    result = aggregate(strategy, replies, vector(np.zeros(3)))
+    assert cosine(result, truth) > 0.99
+    (selected,) = [r[2]["robust-selected"] for r in recorder.rounds]
+    assert len(selected) == 1 and selected[0] < 100
+
+
+def test_too_few_replies_keep_the_model_with_a_warning(caplog):
+    replies, _ = honest_and_attackers(5, 0, None)
+    strategy = BouquetStrategy(sampler=UniformSampler(SamplingParams()),
+                               aggregator=FlowerRobustRule("bulyan", RobustRuleParams(num_malicious_nodes=1)),
+                               models=SharedModel(vector([7.0, 8.0, 9.0])))
+    nodes = tuple(r.metadata.src_node_id for r in replies)
+    with caplog.at_level("WARNING"):
+        arrays, _ = strategy.aggregate_train_round(
+            TrainRound(1, nodes, {n: vector(np.zeros(3)) for n in nodes}, ConfigRecord(), ()), replies)
+    assert "Flower Bulyan needs at least 7 replies" in caplog.text
+    np.testing.assert_array_equal(arrays["w"].numpy(), [7.0, 8.0, 9.0])  # the shared model, unchanged
+
+
+def test_rule_names_and_params_are_validated():
+    with pytest.raises(ParamError, match="rule must be one of"):
+        FlowerRobustRule("median")
+    with pytest.raises(ParamError, match="trim_beta"):
+        RobustRuleParams(trim_beta=0.5)
+    with pytest.raises(ParamError, match="num_malicious_nodes"):
+        RobustRuleParams(num_malicious_nodes=-1)
+
+
+@pytest.mark.parametrize("run_config, key, message", [
+    ({"strategy": "bulyan", "robust-num-malicious-nodes": 3, "clients-per-round": 11}, "robust-num-malicious-nodes",
+     "needs at least 15 clients per round"),
+    ({"strategy": "multikrum", "robust-num-nodes-to-select": 20, "clients-per-round": 11},
+     "robust-num-nodes-to-select", "needs at least 20"),
+    ({"strategy": "fedtrimmedavg", "robust-trim-beta": 0.5}, "robust-trim-beta", "must be in"),
+    ({"strategy": "fedavg", "robust-trim-beta": 0.3}, "robust-trim-beta", "is not one of Flower's robust rules"),
+    ({"strategy": "krum", "coalition-models": "personal"}, "coalition-models", "forms no coalitions"),
+])
+def test_bad_robust_rule_keys_name_the_key(run_config, key, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        AppConfig.from_run_config(run_config)
+    assert f"run-config {key!r}" in str(error.value)
+
+
+def test_the_app_builds_each_rule_behind_its_seeded_sampler():
+    for rule in ROBUST_RULES:
+        config = AppConfig.from_run_config({"strategy": rule, "robust-num-malicious-nodes": 1})
+        strategy = build_strategy(config)
+        assert isinstance(strategy.aggregator, FlowerRobustRule) and strategy.aggregator.rule == rule
+        assert strategy.aggregator.params.num_malicious_nodes == 1
