@@ -25,6 +25,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from bouquet.algorithms.attacks import DATA_ATTACKS, MODEL_ATTACKS, AttackParams, attackers, poison_update
 from bouquet.config import AppConfig
 from bouquet.flower_logging import route_to_flower
 from bouquet.losses import register_loss_query
@@ -34,7 +35,7 @@ from bouquet.tasks.base import Task, task_loss
 from bouquet.tasks.vision import VisionTask
 from bouquet.tasks.water import WaterTask
 
-__all__ = ["app", "node_task"]
+__all__ = ["app", "is_attacker", "node_task"]
 
 route_to_flower()
 app = ClientApp()
@@ -62,12 +63,47 @@ def _loaded(task: Task, arrays: ArrayRecord) -> torch.nn.Module:
     return model
 
 
-def _info(task: Task) -> ConfigRecord:
-    """Identity of the replying node (and its known group in a benchmark), kept out of the averaged metrics."""
+def _info(task: Task, attacker: bool | None = None) -> ConfigRecord:
+    """Identity of the replying node (its known group in a benchmark; in attacked runs, whether it attacks).
+
+    ``attacker`` is None outside attacked runs, so that their records carry no such column.
+    """
     info = {"partition-id": task.partition_id, "household": task.household}
     if task.group:
         info["group"] = task.group
+    if attacker is not None:
+        info["attacker"] = attacker
     return ConfigRecord(info)
+
+
+def _attacker_flag(config: AppConfig, context: Context, task: Task) -> bool | None:
+    return is_attacker(config, context, task) if config.attack.active else None
+
+
+def is_attacker(config: AppConfig, context: Context, task: Task) -> bool:
+    """Whether this node is one of the run's attackers (:func:`bouquet.algorithms.attacks.attackers`).
+
+    The draw needs the federation's size: ``num-partitions`` in the node config (set by the simulation;
+    give it to a deployed SuperNode with ``--node-config "partition-id=K num-partitions=N"``).
+    """
+    attack = config.attack
+    if not attack.active:
+        return False
+    (num_partitions,) = node_config_ints(context, "num-partitions")
+    return task.partition_id in attackers(num_partitions, attack.fraction, config.sampling.seed)
+
+
+def _poison_model(model: torch.nn.Module, received: ArrayRecord, attack: AttackParams,
+                  rng: np.random.Generator) -> dict[str, Array]:
+    """The attacker's model: ``theta + poison(w - theta)`` for each floating array (:func:`poison_update`)."""
+    out = {}
+    for name, value in model.state_dict().items():
+        w = value.detach().cpu().numpy()
+        if np.issubdtype(w.dtype, np.floating):
+            theta = received[name].numpy()
+            w = (theta + poison_update(w - theta, attack.attack, attack.strength, rng)).astype(w.dtype)
+        out[name] = Array(np.ascontiguousarray(w))
+    return out
 
 
 register_identity_query(app)  # the server orders nodes by partition-id: same seed, same clients
@@ -84,10 +120,15 @@ register_loss_query(app, model_fn=lambda context: _task(context).new_model(),
 def train(msg: Message, context: Context) -> Message:
     """Local training from the received global model (E epochs of Adam, or local-batches of SGD).
 
-    With a piggyback request in the config, the reply also carries the sketch of the received model.
+    With a piggyback request in the config, the reply also carries the sketch of the received model.  An
+    attacker (:func:`is_attacker`) trains on poisoned data (data attacks) or sends a poisoned model (model
+    attacks; its piggybacked sketch stays honest), and says so in its ``info`` record.
     """
     config = AppConfig.from_run_config(context.run_config)
     task = node_task(config, context)
+    attacker = is_attacker(config, context, task)
+    if attacker and config.attack.attack in DATA_ATTACKS:
+        task = task.poisoned(config.attack.attack, config.attack.strength)
     arrays, train_config = msg.content["arrays"], msg.content["config"]
     model = _loaded(task, arrays)
     request = SketchRequest.from_config(train_config)
@@ -96,9 +137,13 @@ def train(msg: Message, context: Context) -> Message:
     rng = np.random.default_rng([config.sampling.seed, server_round, task.partition_id])
     torch.manual_seed(int(rng.integers(2**31)))
     loss = task.train(model, rng, float(train_config.get("proximal-mu", 0.0)))  # proximal-mu: sent by FedProx
-    content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
+    trained = ArrayRecord(model.state_dict())
+    if attacker and config.attack.attack in MODEL_ATTACKS:
+        noise = np.random.default_rng([config.sampling.seed, server_round, task.partition_id, 2])
+        trained = ArrayRecord(_poison_model(model, arrays, config.attack, noise))
+    content = RecordDict({"arrays": trained,
                           "metrics": MetricRecord({"train-loss": loss, "num-examples": task.num_examples}),
-                          "info": _info(task)})
+                          "info": _info(task, attacker if config.attack.active else None)})
     if received is not None:
         batch = task.training_batch(request.batch_size, rng)
         content = RecordDict({**dict(content.items()),
@@ -114,7 +159,8 @@ def evaluate(msg: Message, context: Context) -> Message:
     model = _loaded(task, msg.content["arrays"])
     server_round = int(msg.content["config"].get("server-round", 0))
     rng = np.random.default_rng([config.sampling.seed, server_round, task.partition_id, 1])
-    content = RecordDict({"metrics": MetricRecord(task.evaluate(model, rng)), "info": _info(task)})
+    content = RecordDict({"metrics": MetricRecord(task.evaluate(model, rng)),
+                          "info": _info(task, _attacker_flag(config, context, task))})
     forecasts = task.forecasts(model) if msg.content["config"].get("final", False) else None
     if forecasts is not None:
         content["predictions"] = ArrayRecord({name: Array(np.asarray(values)) for name, values in forecasts.items()})

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from bouquet.algorithms.attacks import AttackParams
 from bouquet.algorithms.clustered import CFLParams, IFCAParams
 from bouquet.algorithms.coalitions_fixed_k import FIXED_K_GEOMETRIES, FixedKParams
 from bouquet.algorithms.hk import HKParams
@@ -195,6 +196,7 @@ _SECTIONS = (
     _Section("ifca", IFCAParams, prefix="ifca-"),
     _Section("cfl", CFLParams, prefix="cfl-"),
     _Section("robust", RobustRuleParams, prefix="robust-"),
+    _Section("attack", AttackParams, prefix="attack-", rename={"attack": "attack"}),
     _Section("sckm_select", SCKMSelectSelector, rename={"layer_combine": "sckm-layer-combine"}),
     _Section("sckm_cluster", SCKMClusterSelector, prefix="sckm-"),
     _Section("power_of_choice", PowerOfChoiceSelector, prefix="pow-"),
@@ -325,6 +327,7 @@ class AppConfig:
     ifca: IFCAParams = field(default_factory=IFCAParams)
     cfl: CFLParams = field(default_factory=CFLParams)
     robust: RobustRuleParams = field(default_factory=RobustRuleParams)
+    attack: AttackParams = field(default_factory=AttackParams)
     sckm_select: SCKMSelectSelector = field(default_factory=SCKMSelectSelector)
     sckm_cluster: SCKMClusterSelector = field(default_factory=SCKMClusterSelector)
     power_of_choice: PowerOfChoiceSelector = field(default_factory=PowerOfChoiceSelector)
@@ -364,6 +367,10 @@ class AppConfig:
                            if getattr(self.robust, f.name) != getattr(RobustRuleParams(), f.name))
             raise ConfigError(f"run-config {_key_for('robust', changed)!r} is set, but strategy {spec.name!r} is not "
                               f"one of Flower's robust rules ({', '.join(ROBUST_RULES)})")
+        data_attack = {"label-flip": "vision", "target-shift": "water"}.get(self.attack.attack)
+        if data_attack is not None and data_attack != self.run.task:
+            raise ConfigError(f"run-config 'attack': {self.attack.attack!r} poisons the {data_attack} task's data, "
+                              f"but task is {self.run.task!r}")
         if spec.family == "ifca" and self.ifca.k > self.sampling.clients_per_round:
             raise ConfigError(f"run-config 'ifca-k': {self.ifca.k} clusters is more than the "
                               f"{self.sampling.clients_per_round} clients per round (clients-per-round)")

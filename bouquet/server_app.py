@@ -42,6 +42,7 @@ from bouquet.flower_logging import route_to_flower
 from bouquet.messages import MessageFactory, flower_message
 from bouquet.results import RunRecorder
 from bouquet.strategies.aggregation import Aggregator, Coalitions, FixedKRule, HKRule, WeightedMean
+from bouquet.strategies.attacks import AttackHarness
 from bouquet.strategies.clustered import CFLClusters, ClusterMeans, IFCASampler, LocalModels, ifca_models
 from bouquet.strategies.entries import ProximalTerm
 from bouquet.strategies.models import AssignedModels, ModelStore, SharedModel
@@ -116,7 +117,10 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
         observers.append(RecorderObserver(recorder))
         if config.spec.family == "hk" and config.coalitions.record_trajectories:
             observers.append(TrajectoryWriter(recorder.folder / "trajectories"))
-    return BouquetStrategy(sampler=sampler, aggregator=_aggregator(config), models=_models(config, cluster_models),
+    aggregator = _aggregator(config)
+    if config.attack.active:
+        aggregator = AttackHarness(aggregator, config.attack)
+    return BouquetStrategy(sampler=sampler, aggregator=aggregator, models=_models(config, cluster_models),
                            train_config=entries, observers=observers)
 
 
@@ -208,6 +212,18 @@ def _selection_summary(config: AppConfig, strategy: BouquetStrategy) -> dict[str
     return summary
 
 
+def _attack_summary(config: AppConfig, rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+    """The attackers (partition ids) and the honest clients' mean ``metric``, in attacked runs only."""
+    if not config.attack.active:
+        return {}
+    bad = [bool(r.get("attacker", False)) for r in rows]
+    honest = np.array([float(r[metric]) for r, b in zip(rows, bad) if not b])
+    return {"attack": config.attack.attack, "attack-fraction": config.attack.fraction,
+            "attack-scale": config.attack.strength,
+            "attackers": sorted(int(r["partition-id"]) for r, b in zip(rows, bad) if b),
+            f"{metric}-honest-mean": float(honest.mean()) if len(honest) else None}
+
+
 def _cluster_models(config: AppConfig, new_model: Callable[[], torch.nn.Module]) -> list[ArrayRecord] | None:
     """IFCA's K initial models, each from its own torch seed ``[seed, cluster]`` (None for other strategies)."""
     if config.spec.family != "ifca":
@@ -262,7 +278,8 @@ def _run_vision(grid: Grid, config: AppConfig, recorder: RunRecorder, started: f
         summary |= {"client-accuracy-per-round": [client_curve[r] for r in sorted(client_curve)],
                     "clients-evaluated": len(rows),
                     "client-accuracy-mean": float(final.mean()) if len(final) else None,
-                    "client-accuracy-std": float(final.std()) if len(final) else None}
+                    "client-accuracy-std": float(final.std()) if len(final) else None,
+                    **_attack_summary(config, rows, "accuracy")}
     summary |= {**_selection_summary(config, strategy), "wall-seconds": time.time() - started}
     recorder.write_json("summary.json", summary)
     if curve:
@@ -296,6 +313,7 @@ def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: fl
         "mae-litres-std": float(mae.std()) if len(mae) else None,
         "mse-mean": float(mse.mean()) if len(mse) else None,
         **_selection_summary(config, strategy),
+        **_attack_summary(config, rows, "mae-litres"),
         "wall-seconds": time.time() - started,
     }
     recorder.write_json("summary.json", summary)

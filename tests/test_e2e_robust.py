@@ -1,30 +1,42 @@
-"""End to end: Flower's robust rules and HK's robust options as a user runs them (real flwr runs)."""
+"""End to end: attacked runs with Flower's robust rules and HK's robust options, as a user runs them (real flwr)."""
 
 import pytest
 
+from bouquet.algorithms.attacks import attackers
 from bouquet.results import RunFolder
 
 pytestmark = pytest.mark.e2e
 
-SMALL = ('synthetic-households=5 active-factor=0 local-epochs=1 num-server-rounds=2 clients-per-round=5 '
+WATER = ('synthetic-households=5 active-factor=0 local-epochs=1 num-server-rounds=2 clients-per-round=5 '
          'fraction-evaluate=1.0')
+DIGITS = ('task="vision" vision-partitioner="iid" vision-evaluation="clients" vision-client-test-size=30 '
+          'local-batches=2 num-server-rounds=1 clients-per-round=5')
 
 
-def test_multikrum_behind_the_seeded_sampler(run_app):
-    folder, stdout = run_app(f'{SMALL} strategy="multikrum" robust-num-malicious-nodes=1 '
-                             'robust-num-nodes-to-select=2', supernodes=5)
+def test_water_sign_flippers_against_multikrum(run_app):
+    folder, stdout = run_app(f'{WATER} strategy="multikrum" robust-num-malicious-nodes=1 '
+                             'robust-num-nodes-to-select=2 attack="sign-flip" attack-fraction=0.4', supernodes=5)
     run = RunFolder(folder)
     assert "Aggregation: Flower MultiKrum (Flower's rule, f=1, m=2)" in stdout
+    assert "Attack: sign-flip, 40% of the partitions, s=1 (sent by the clients)" in stdout
     train = run.rounds("train")
-    assert [len(r["robust-selected"]) for r in train] == [2, 2]
-    assert run.summary()["clients-evaluated"] == 5
+    assert [len(r["robust-selected"]) for r in train] == [2, 2] and [r["attackers"] for r in train] == [2, 2]
+    summary = run.summary()
+    assert summary["attackers"] == sorted(attackers(5, 0.4, seed=0)) and summary["attack"] == "sign-flip"
+    assert summary["mae-litres-honest-mean"] > 0
+    clients = run.table("clients")
+    assert sorted(clients.loc[clients["attacker"].astype(bool), "partition-id"]) == summary["attackers"]
 
 
-def test_hk_with_clipping_and_a_minimum_coalition_size(run_app):
-    folder, stdout = run_app(f'{SMALL} strategy="hk-cosine" hk-opinion-space="updates" hk-tau=0.5 '
-                             'hk-update-norm-bound=1.0 hk-min-coalition-fraction=0.3', supernodes=5)
-    train = RunFolder(folder).rounds("train")
+def test_digits_alie_against_hk_with_its_robust_options(run_app):
+    folder, stdout = run_app(f'{DIGITS} strategy="hk-cosine" hk-opinion-space="updates" hk-tau=0.5 '
+                             'hk-update-norm-bound=1.0 hk-min-coalition-fraction=0.3 '
+                             'attack="alie" attack-fraction=0.2', supernodes=5)
+    run = RunFolder(folder)
+    (train,) = run.rounds("train")
     # a bound of 1 x the median clips every update above the median: 2 of 5 when the norms differ
-    assert all(r["clipped"] == len(r["clipped-nodes"]) == 2 for r in train)
-    assert all(0 <= r["left-out"] < 5 for r in train)
-    assert "updates clipped at 1 x the median norm" in stdout
+    assert train["clipped"] == len(train["clipped-nodes"]) == 2 and 0 <= train["left-out"] < 5
+    assert train["attackers"] == 1
+    assert "forged by the server from the honest updates" in stdout
+    summary = run.summary()
+    assert len(summary["attackers"]) == 1 and 0 <= summary["accuracy-honest-mean"] <= 1

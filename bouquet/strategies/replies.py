@@ -64,12 +64,18 @@ def screen_replies(replies: Iterable[Message], reference: ArrayRecord | None,
 
 
 def identity_of(msg: Message) -> dict[str, Any]:
-    """Partition id, household and true group (benchmarks) of a bouquet client reply (blank for other apps)."""
+    """Partition id, household, true group (benchmarks) and attacker flag of a bouquet client reply.
+
+    Blank for other apps; ``attacker`` only where the reply carries it (attacked runs).
+    """
     info = msg.content.config_records.get("info")
     if info is None:
         return {"partition-id": "", "household": "", "group": ""}
-    return {"partition-id": info.get("partition-id", ""), "household": info.get("household", ""),
-            "group": info.get("group", "")}
+    identity = {"partition-id": info.get("partition-id", ""), "household": info.get("household", ""),
+                "group": info.get("group", "")}
+    if "attacker" in info:  # only attacked runs carry the column
+        identity["attacker"] = bool(info["attacker"])
+    return identity
 
 
 def usable_updates(server_round: int, seed: int, replies: list[Message], sent: Mapping[int, ArrayRecord],

@@ -42,6 +42,8 @@ class Task(Protocol):
 
     def forecasts(self, model: nn.Module) -> dict[str, np.ndarray] | None: ...
 
+    def poisoned(self, attack: str, scale: float) -> Task: ...
+
 
 def batch_indices(n: int, batch_size: int, rng: np.random.Generator) -> np.ndarray:
     """Sorted indices of one mini-batch drawn without replacement from ``n`` samples (all when fewer)."""

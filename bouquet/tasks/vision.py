@@ -23,6 +23,7 @@ gradient coordinates at the received model.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -293,3 +294,10 @@ class VisionTask:
 
     def forecasts(self, model: nn.Module) -> dict[str, np.ndarray] | None:
         return None
+
+    def poisoned(self, attack: str, scale: float) -> VisionTask:
+        """This client with its training labels flipped (``label-flip``: ``y -> C - 1 - y``); tests unchanged."""
+        if attack != "label-flip":
+            raise ValueError(f"the vision task's data attack is 'label-flip', got {attack!r}")
+        flipped = (self.images.num_classes - 1 - self.images.y).astype(self.images.y.dtype)
+        return dataclasses.replace(self, images=dataclasses.replace(self.images, y=flipped))

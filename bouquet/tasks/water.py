@@ -209,6 +209,13 @@ class WaterTask:
             personalize(model, w.x_train, w.y_train, self.perfedavg.alpha, self.training.batch_size, rng)
         return {**evaluate_windows(model, w), "num-examples": len(w.y_test)}
 
+    def poisoned(self, attack: str, scale: float) -> WaterTask:
+        """This household with every scaled training target moved by ``scale`` (``target-shift``); tests unchanged."""
+        if attack != "target-shift":
+            raise ValueError(f"the water task's data attack is 'target-shift', got {attack!r}")
+        shifted = (self.windows.y_train + scale).astype(self.windows.y_train.dtype)
+        return dataclasses.replace(self, windows=dataclasses.replace(self.windows, y_train=shifted))
+
     def forecasts(self, model: nn.Module) -> dict[str, np.ndarray]:
         """Every test day's actual and predicted litres (days as int64 day numbers)."""
         w = self.windows
