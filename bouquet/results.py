@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunFolder", "RunRecorder", "find_runs"]
+__all__ = ["RunFolder", "RunRecorder", "find_runs", "markdown_table"]
 
 
 def _plain(value: Any) -> Any:
@@ -152,3 +152,21 @@ class RunFolder:
 def find_runs(base: str | Path, pattern: str = "*/seed-*") -> list[RunFolder]:
     """The finished runs in the folders under ``base`` that match ``pattern``, sorted by path."""
     return [RunFolder(path) for path in sorted(Path(base).glob(pattern)) if (path / "summary.json").exists()]
+
+
+def markdown_table(frame: Any) -> str:
+    """A pandas DataFrame as a pipe table (no tabulate dependency): "-" for missing values, integers as such,
+    other numbers with 2 decimals (3 below 1)."""
+
+    def cell(value: object) -> str:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "-"
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        if isinstance(value, float):
+            return f"{value:.2f}" if abs(value) >= 1 or value == 0 else f"{value:.3f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines) + "\n"

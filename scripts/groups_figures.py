@@ -35,11 +35,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.cm.tab20.colors)  # > 10 arms, distinct colours
-import numpy as np
 import pandas as pd
 
 from bouquet.algorithms.groups import stability
-from bouquet.results import RunFolder, find_runs
+from bouquet.results import RunFolder, find_runs, markdown_table
 
 #: Rows of the naive forecasters are named ``naive: <forecaster>`` (water benchmarks only).
 NAIVE = "naive: "
@@ -70,6 +69,8 @@ def client_errors(runs: dict[str, list[RunFolder]]) -> tuple[pd.DataFrame, str]:
             else:
                 table["error"], unit = table["mae-litres"], "MAE (L/day)"
             table["arm"], table["seed"] = arm, run.path.name
+            if "group" not in table:  # data without ground truth (DAIAD)
+                table["group"] = None
             frames.append(table[["arm", "seed", "round", "partition-id", "group", "model", "error"]])
     return pd.concat(frames, ignore_index=True), unit
 
@@ -186,21 +187,6 @@ def summary_table(errors: pd.DataFrame, records: pd.DataFrame, unit: str) -> pd.
     return pd.DataFrame(rows)
 
 
-def markdown(table: pd.DataFrame) -> str:
-    def cell(value: object) -> str:
-        if value is None or (isinstance(value, float) and np.isnan(value)):
-            return "-"
-        if isinstance(value, float) and value.is_integer():
-            return str(int(value))
-        if isinstance(value, float):
-            return f"{value:.2f}" if abs(value) >= 1 or value == 0 else f"{value:.3f}"
-        return str(value)
-
-    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("base", type=Path, help="results/groups/<data>-<profile>")
@@ -250,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
 
     table = summary_table(errors, records, unit)
     table.to_csv(out / "table.csv", index=False)
-    (out / "table.md").write_text(markdown(table))
-    print(markdown(table))
+    (out / "table.md").write_text(markdown_table(table))
+    print(markdown_table(table))
     print(f"figures and tables in {out}")
     return 0
 
