@@ -44,6 +44,46 @@ def test_zip_is_read_like_csv(tmp_path):
     pd.testing.assert_frame_equal(read_daiad(tmp_path / "m.zip"), read_daiad(csv))
 
 
+def test_zip_made_on_macos_loads(tmp_path):
+    csv = write_csv(tmp_path / "m.csv", "user key;datetime;meter reading;diff")
+    with zipfile.ZipFile(tmp_path / "mac.zip", "w") as archive:
+        archive.write(csv, "trial/swm.csv")
+        archive.writestr("__MACOSX/trial/._swm.csv", b"\x00\x05\x16\x07 resource fork")
+        archive.writestr("trial/._swm.csv", b"\x00\x05\x16\x07")
+        archive.writestr("__MACOSX/", b"")
+    pd.testing.assert_frame_equal(read_daiad(tmp_path / "mac.zip"), read_daiad(csv))
+
+
+def test_zip_with_two_data_files_names_them(tmp_path):
+    csv = write_csv(tmp_path / "m.csv", "user key;datetime;meter reading;diff")
+    with zipfile.ZipFile(tmp_path / "two.zip", "w") as archive:
+        archive.write(csv, "a.csv")
+        archive.write(csv, "b.csv")
+    with pytest.raises(DaiadFormatError, match=r"exactly one \.csv inside the zip, found \['a.csv', 'b.csv'\]"):
+        read_daiad(tmp_path / "two.zip")
+
+
+@pytest.mark.parametrize("content", [b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "user key;datetime;meter reading;diff\n"
+                                     "Jos\xe9;01/03/2016 00:30:00;1;0\n".encode("latin-1")])
+def test_binary_or_non_utf8_file_is_a_format_error_naming_the_file(tmp_path, content):
+    (tmp_path / "bad.csv").write_bytes(content)
+    with pytest.raises(DaiadFormatError, match=r"bad\.csv: not (a )?UTF-8 text"):
+        read_daiad(tmp_path / "bad.csv")
+
+
+def test_the_meter_reading_column_is_not_read(tmp_path):
+    rows = [("a", "01/03/2016 00:30:00", "n/a", 0), ("a", "01/03/2016 01:30:00", "", 10)]
+    frame = read_daiad(write_csv(tmp_path / "r.csv", "user key;datetime;meter reading;diff", rows))
+    assert frame["diff"].tolist() == [0, 10]  # documented: only household, datetime and diff are used
+
+
+def test_missing_diff_is_an_error_naming_the_row(tmp_path):
+    rows = ROWS[:1] + [("a", "01/03/2016 01:30:00", 110, "")]
+    path = write_csv(tmp_path / "x.csv", "user key;datetime;meter reading;diff", rows)
+    with pytest.raises(DaiadFormatError, match="unparsable diff <NA> on data row 2"):
+        read_daiad(path)
+
+
 def test_missing_path_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.csv"):
         read_daiad(tmp_path / "nope.csv")

@@ -52,6 +52,17 @@ def test_screening_rejects_nan_shape_and_error_replies():
     assert "non-finite" in reasons[2] and "shapes" in reasons[3] and "boom" in reasons[4]
 
 
+def test_screening_rejects_other_dtypes_and_replies_without_a_model():
+    as_ints = ArrayRecord({"w": Array(np.ones((2, 3), dtype=np.int64)), "b": Array(np.ones(3, dtype=np.float32))})
+    metrics_only = reply(3, arrays(1.0))
+    del metrics_only.content["arrays"]
+    usable, rejected = screen_replies([reply(1, arrays(1.0)), reply(2, as_ints), metrics_only], arrays(0.0))
+    assert [m.metadata.src_node_id for m in usable] == [1]
+    reasons = dict(rejected)
+    assert reasons[2] == "array dtypes differ from the model sent: {'w': 'int64 (sent float32)'}"
+    assert reasons[3] == "no ArrayRecord 'arrays' in reply"
+
+
 def test_nan_reply_is_never_averaged_in(caplog):
     recorder = ListRecorder()
     s = strategy(recorder, clients_per_round=3)

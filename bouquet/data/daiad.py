@@ -84,10 +84,16 @@ class CleaningRules:
                 f"min_hours_per_day must be in [1, 24], got {self.min_hours_per_day}")
 
 
+def _is_data_member(name: str) -> bool:
+    """A zip member that can be the data: a .csv file, not macOS metadata (``__MACOSX/``, ``._name``)."""
+    base = name.rsplit("/", 1)[-1]
+    return name.lower().endswith(".csv") and not name.startswith("__MACOSX/") and not base.startswith("._")
+
+
 def _open_text(path: Path):
     if zipfile.is_zipfile(path):
         archive = zipfile.ZipFile(path)
-        members = [n for n in archive.namelist() if n.lower().endswith(".csv")]
+        members = [n for n in archive.namelist() if _is_data_member(n)]
         if len(members) != 1:
             raise DaiadFormatError(f"{path}: expected exactly one .csv inside the zip, found {members or 'none'}")
         return archive.open(members[0])
@@ -96,7 +102,12 @@ def _open_text(path: Path):
 
 def _read_header(path: Path) -> tuple[str, ...]:
     with _open_text(path) as handle:
-        first = handle.readline().decode("utf-8-sig").strip()
+        raw = handle.readline()
+    try:
+        first = raw.decode("utf-8-sig").strip()
+    except UnicodeDecodeError as exc:
+        raise DaiadFormatError(f"{path}: not a UTF-8 text file (byte {exc.start} of the first line is "
+                               f"{raw[exc.start:exc.start + 1]!r}); expected a ';'-separated CSV") from exc
     if not first:
         raise DaiadFormatError(f"{path}: the file is empty")
     names = tuple(part.strip().strip('"').lower() for part in first.split(";"))
@@ -112,7 +123,9 @@ def read_daiad(path: str | Path, chunk_rows: int = 2_000_000) -> pd.DataFrame:
     Parameters
     ----------
     path : str or Path
-        ``.csv`` file or ``.zip`` with exactly one ``.csv`` inside.
+        ``.csv`` file or ``.zip`` with exactly one ``.csv`` inside (macOS metadata members, ``__MACOSX/``
+        and ``._name``, are ignored).  UTF-8 text; the cumulative ``meter reading`` column is not read, so
+        its values are not checked.
     chunk_rows : int, default 2,000,000
         Rows parsed per chunk; bounds the memory held as raw strings.
 
@@ -129,8 +142,9 @@ def read_daiad(path: str | Path, chunk_rows: int = 2_000_000) -> pd.DataFrame:
     FileNotFoundError
         The path does not exist.
     DaiadFormatError
-        Empty file, unknown header, missing column, or an unparsable date or
-        diff (the message names the file, the row and the value).
+        Empty file, a file that is not UTF-8 text (binary, another encoding),
+        unknown header, missing column, or an unparsable date or diff (the
+        message names the file, the row and the value).
     """
     path = Path(path)
     if not path.exists():
@@ -155,6 +169,9 @@ def read_daiad(path: str | Path, chunk_rows: int = 2_000_000) -> pd.DataFrame:
             for chunk in reader:
                 chunks.append(_parse_chunk(chunk, path, rows_before))
                 rows_before += len(chunk)
+        except UnicodeDecodeError as exc:
+            raise DaiadFormatError(f"{path}: not UTF-8 text after the header ({exc.reason} at byte {exc.start} of "
+                                   f"a chunk); re-save the file as UTF-8") from exc
         except ValueError as exc:
             if isinstance(exc, DaiadFormatError):
                 raise

@@ -34,6 +34,11 @@ def _check(msg: Message, reference: ArrayRecord | None, arrayrecord_key: str,
         got = {name: tuple(array.shape) for name, array in record.items()}
         if got != {name: tuple(array.shape) for name, array in reference.items()}:
             return f"array names/shapes {got} differ from the model sent"
+        dtypes = {name: array.dtype for name, array in record.items()}
+        changed = {name: f"{dtypes[name]} (sent {array.dtype})" for name, array in reference.items()
+                   if dtypes[name] != array.dtype}
+        if changed:
+            return f"array dtypes differ from the model sent: {changed}"
     if weighted_by_key is not None:
         metrics = next(iter(msg.content.metric_records.values()), None)
         if metrics is None or weighted_by_key not in metrics or isinstance(metrics[weighted_by_key], list):
