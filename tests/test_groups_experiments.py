@@ -102,3 +102,17 @@ def test_group_cosines_split_pairs_within_and_between_groups():
     assert within.min() > 0.99 and between.max() < 0.2
     row = probe.describe(3, "updates", cosines, groups)
     assert row["round"] == 3 and row["within >= 0.9"] == 1.0 and row["between < 0.3"] == 1.0
+
+
+def test_client_errors_of_data_without_groups(tmp_path):
+    from bouquet.results import RunFolder
+
+    figures = script(FIGURES)
+    run = tmp_path / "fedavg" / "seed-0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    pd.DataFrame({"round": [1, 1], "node_id": [5, 6], "partition-id": [0, 1], "household": ["a", "b"],
+                  "model": ["shared", "shared"], "mae-litres": [10.0, 30.0]}).to_csv(
+        run / "evaluate_clients.csv", index=False)
+    errors, unit = figures.client_errors({"fedavg": [RunFolder(run)]})
+    assert unit == "MAE (L/day)" and errors["group"].isna().all() and errors["error"].tolist() == [10.0, 30.0]
