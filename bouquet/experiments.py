@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bouquet.launch import local_superlink
+from bouquet.launch import local_superlink, pool_size
 from bouquet.results import RunFolder
 
 __all__ = ["Job", "layered_run_config", "load_layer", "load_profile", "run_jobs", "toml_value"]
@@ -78,6 +78,15 @@ def layered_run_config(root: Path, layers: Sequence[tuple[str, str]], project: P
         if key.endswith("-path") and value:
             config[key] = str((project / value).resolve())
     return config
+
+
+def pop_supernodes(layers: dict[str, Any], project: Path) -> int:
+    """Remove ``num-supernodes`` from ``layers`` and return it; without it, the clients of the run config
+    ``layers`` describes (:func:`bouquet.launch.pool_size`: the water pool's households)."""
+    supernodes = layers.pop("num-supernodes", None)
+    if supernodes is None:
+        supernodes = pool_size(project, " ".join(f"{k}={toml_value(v)}" for k, v in layers.items()))
+    return int(supernodes)
 
 
 @dataclass(frozen=True)

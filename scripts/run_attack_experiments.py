@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 
 from bouquet.algorithms.attacks import ATTACKS
-from bouquet.experiments import Job, layered_run_config, load_layer, run_jobs, toml_value
-from bouquet.launch import pool_size
+from bouquet.experiments import Job, layered_run_config, load_layer, pop_supernodes, run_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments" / "attacks"
@@ -37,13 +36,9 @@ def job(data: str, profile: str, arm: str, attack: str, fraction: float, seed: i
     layers = layered_run_config(EXPERIMENTS, [("data", data), ("profiles", profile), ("arms", arm)], ROOT)
     if fraction > 0:
         layers |= {"attack": attack, "attack-fraction": fraction}
-    supernodes = layers.pop("num-supernodes", None)
-    if supernodes is None:
-        overrides = " ".join(f"{k}={toml_value(v)}" for k, v in layers.items())
-        supernodes = pool_size(ROOT, overrides)
+    supernodes = pop_supernodes(layers, ROOT)
     name = condition(attack, fraction)
-    return Job(f"{arm} {name} seed {seed}", {**layers, "seed": seed}, base / arm / name / f"seed-{seed}",
-               int(supernodes))
+    return Job(f"{arm} {name} seed {seed}", {**layers, "seed": seed}, base / arm / name / f"seed-{seed}", supernodes)
 
 
 def describe(summary: dict) -> str:

@@ -21,8 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bouquet.experiments import Job, layered_run_config, load_layer, run_jobs, toml_value
-from bouquet.launch import pool_size
+from bouquet.experiments import Job, layered_run_config, load_layer, pop_supernodes, run_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments" / "groups"
@@ -31,11 +30,8 @@ EXPERIMENTS = ROOT / "experiments" / "groups"
 def job(data: str, profile: str, arm: str, seed: int, base: Path) -> Job:
     """One (arm, seed) run of the benchmark ``data`` under ``profile``."""
     layers = layered_run_config(EXPERIMENTS, [("data", data), ("profiles", profile), ("arms", arm)], ROOT)
-    supernodes = layers.pop("num-supernodes", None)
-    if supernodes is None:
-        overrides = " ".join(f"{k}={toml_value(v)}" for k, v in layers.items())
-        supernodes = pool_size(ROOT, overrides)
-    return Job(f"{arm} seed {seed}", {**layers, "seed": seed}, base / arm / f"seed-{seed}", int(supernodes))
+    supernodes = pop_supernodes(layers, ROOT)
+    return Job(f"{arm} seed {seed}", {**layers, "seed": seed}, base / arm / f"seed-{seed}", supernodes)
 
 
 def describe(summary: dict) -> str:

@@ -66,10 +66,9 @@ class FlowerRobustRule:
                         "model stays as it was", updates.server_round, self.label, needed, p.num_malicious_nodes, n)
             return Aggregate(model=None, report={"robust-skipped": True}, node_ids=updates.node_ids,
                              summary=f"{self.label}: {n} replies < {needed}, model kept")
-        contents = [RecordDict({"arrays": ArrayRecord({k: Array(np.asarray(v)) for k, v in model.items()}),
-                                "metrics": MetricRecord({_WEIGHT: examples})})
-                    for model, examples in zip(updates.models, updates.num_examples, strict=True)]
         report: dict[str, Any] = {}
+        # Krum's selection reads records; the coordinate-wise rules work on the decoded arrays directly
+        contents = self._records(updates) if self.rule in ("krum", "multikrum", "bulyan") else []
         if self.rule in ("krum", "multikrum"):
             chosen = select_multikrum(contents, p.num_malicious_nodes,
                                       1 if self.rule == "krum" else p.num_nodes_to_select)
@@ -93,6 +92,13 @@ class FlowerRobustRule:
         selected = report.get("robust-selected")
         summary = f"{self.label}: {len(selected)} of {n} models kept" if selected is not None else ""
         return Aggregate(model=model, report=report, node_ids=updates.node_ids, summary=summary)
+
+    @staticmethod
+    def _records(updates: ClientUpdates) -> list[RecordDict]:
+        """Each update as the RecordDict Flower's selection functions take (arrays and the weight)."""
+        return [RecordDict({"arrays": ArrayRecord({k: Array(np.asarray(v)) for k, v in model.items()}),
+                            "metrics": MetricRecord({_WEIGHT: examples})})
+                for model, examples in zip(updates.models, updates.num_examples, strict=True)]
 
     @staticmethod
     def _nodes(contents: list[RecordDict], chosen: list[RecordDict], updates: ClientUpdates) -> list[int]:
