@@ -7,8 +7,11 @@ the honest clients' mean error with the final model (100 - accuracy in % on imag
 every client when nobody attacks).  Writes:
 
 * ``table.md`` / ``table.csv``: per arm and condition, the error (mean over seeds), its std over seeds, the
-  change against the same arm without attackers (%), and for Krum, MultiKrum and Bulyan the share of the
-  models they kept that came from attackers (mean over rounds and seeds);
+  change against the same arm without attackers (%), the change against the oracle (``fedavg-oracle``: FedAvg
+  over the honest replies only, same condition and seeds) when the study ran it, the attackers' share of the
+  shared model (``attacker-share`` of each round: :func:`bouquet.algorithms.attacks.attacker_share`, mean over
+  rounds and seeds, in %), and for Krum, MultiKrum and Bulyan the share of the models they kept that came
+  from attackers;
 * ``error_vs_fraction``: per attack, the error against the attacker fraction, one line per arm;
 * ``change_vs_fraction``: the same as the change against each arm's own no-attack error.
 """
@@ -28,6 +31,10 @@ import pandas as pd
 from bouquet.results import find_runs, markdown_table
 
 
+#: The arm that drops the attackers' replies (``attack-oracle``): the floor a perfect defence reaches.
+ORACLE = "fedavg-oracle"
+
+
 def run_error(summary: dict) -> float:
     """The honest clients' mean error of one run."""
     if summary.get("task") == "vision":
@@ -42,13 +49,20 @@ def kept_attackers(rounds: list[dict]) -> float | None:
     return float(np.mean(shares)) if shares else None
 
 
+def attacker_share(rounds: list[dict]) -> float | None:
+    """The attackers' share of the shared model, mean over the rounds that report one, or None."""
+    shares = [r["attacker-share"] for r in rounds if r.get("phase") == "train" and r.get("attacker-share") is not None]
+    return float(np.mean(shares)) if shares else None
+
+
 def load(base: Path) -> pd.DataFrame:
     rows = []
     for run in find_runs(base, "*/*/seed-*"):
         arm, cond = run.path.parent.parent.name, run.path.parent.name
         attack, _, fraction = cond.rpartition("-")
         rows.append({"arm": arm, "attack": attack, "fraction": float(fraction), "seed": run.path.name,
-                     "error": run_error(run.summary()), "kept-attackers": kept_attackers(run.rounds())})
+                     "error": run_error(run.summary()), "kept-attackers": kept_attackers(run.rounds()),
+                     "attacker-share": attacker_share(run.rounds())})
     if not rows:
         raise SystemExit(f"no finished runs (*/*/seed-*/summary.json) under {base}")
     return pd.DataFrame(rows)
@@ -57,11 +71,17 @@ def load(base: Path) -> pd.DataFrame:
 def table(runs: pd.DataFrame) -> pd.DataFrame:
     grouped = runs.groupby(["arm", "attack", "fraction"])
     out = grouped.agg(seeds=("error", "size"), error=("error", "mean"), seed_std=("error", "std"),
-                      kept_attackers=("kept-attackers", "mean")).reset_index()
+                      share=("attacker-share", "mean"), kept_attackers=("kept-attackers", "mean")).reset_index()
     clean = out[out["fraction"] == 0].set_index("arm")["error"]
     out["change (%)"] = [100 * (e / clean[a] - 1) if a in clean else np.nan for a, e in zip(out["arm"], out["error"])]
+    oracle = out[out["arm"] == ORACLE].set_index(["attack", "fraction"])["error"]
+    if len(oracle):
+        out["vs oracle (%)"] = [100 * (e / oracle[(k, f)] - 1) if (k, f) in oracle.index else np.nan
+                                for k, f, e in zip(out["attack"], out["fraction"], out["error"])]
+    out["share"] = 100 * out["share"]
     out["kept_attackers"] = 100 * out["kept_attackers"]
-    return out.rename(columns={"seed_std": "std across seeds", "kept_attackers": "attackers among kept (%)"})
+    return out.rename(columns={"seed_std": "std across seeds", "share": "attackers' share (%)",
+                               "kept_attackers": "attackers among kept (%)"})
 
 
 def lines(runs: pd.DataFrame, summary: pd.DataFrame, column: str, ylabel: str, out: Path, name: str) -> None:
@@ -101,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     unit = "error (%)" if vision else "MAE (L/day)"
     lines(runs, summary, "error", f"honest clients' {unit}", out, "error_vs_fraction")
     lines(runs, summary, "change (%)", "change vs no attack (%)", out, "change_vs_fraction")
+    lines(runs, summary, "attackers' share (%)", "attackers' share of the shared model (%)", out, "share_vs_fraction")
     print(markdown_table(summary))
     print(f"\nfigures and tables in {out}")
     return 0

@@ -5,7 +5,7 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
 
-from bouquet.algorithms.attacks import DEFAULT_SCALES, AttackParams, alie, attackers, ipm, poison_update
+from bouquet.algorithms.attacks import DEFAULT_SCALES, AttackParams, alie, attacker_share, attackers, ipm, poison_update
 from bouquet.config import AppConfig, ConfigError
 from bouquet.params import ParamError
 from bouquet.server_app import build_strategy
@@ -61,6 +61,40 @@ def test_alie_and_ipm_hand_cases():
         ipm(np.zeros((0, 3)), 1.0)
 
 
+def test_attacker_share_hand_cases():
+    models = np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 4.0]])
+    flags = np.array([False, False, True])
+    weights = np.array([1.0, 3.0, 1.0])
+    # honest mean (weights 1, 3): [1.5, 0]; attackers' mean [10, 4]
+    assert attacker_share(models, weights, flags, [1.5, 0.0]) == pytest.approx(0.0)
+    assert attacker_share(models, weights, flags, [10.0, 4.0]) == pytest.approx(1.0)
+    assert attacker_share(models, weights, flags, weights @ models / 5) == pytest.approx(0.2)  # FedAvg: 1 of 5
+    # the paper's eq. 16 with the attacker a coalition of its own: 1/K = 1/2 (uniform barycenters, equal weights)
+    assert attacker_share(models, np.ones(3), flags, (models[:2].mean(0) + models[2]) / 2) == pytest.approx(0.5)
+    # the orthogonal part of the aggregate does not count
+    assert attacker_share(models, weights, flags, [1.5 + 0.5 * 8.5 - 4, 0.5 * 4 + 8.5]) == pytest.approx(0.5)
+    assert np.isnan(attacker_share(models, weights, np.zeros(3, bool), [0.0, 0.0]))
+    assert np.isnan(attacker_share(np.ones((3, 2)), weights, flags, [1.0, 1.0]))  # the means coincide
+    with pytest.raises(ValueError, match="do not match"):
+        attacker_share(models, weights[:2], flags, [0.0, 0.0])
+    with pytest.raises(ValueError, match="non-negative"):
+        attacker_share(models, -weights, flags, [0.0, 0.0])
+
+
+def test_attacker_share_of_any_weighted_mean_is_the_attackers_weight():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        s, d = rng.integers(3, 12), rng.integers(2, 50)
+        models, weights = rng.normal(size=(s, d)), rng.uniform(0.1, 5, size=s)
+        flags = np.zeros(s, bool)
+        flags[rng.choice(s, rng.integers(1, s), replace=False)] = True
+        mixing = rng.uniform(0, 1, size=s)  # any non-negative weights, uniform within each group's weighting
+        mixing[flags] = weights[flags] * mixing[flags].mean()
+        mixing[~flags] = weights[~flags] * mixing[~flags].mean()
+        mixing /= mixing.sum()
+        assert attacker_share(models, weights, flags, mixing @ models) == pytest.approx(mixing[flags].sum())
+
+
 @pytest.mark.parametrize("kwargs, field, message", [
     ({"attack": "nuke"}, "attack", "must be one of"),
     ({"attack": "scale", "fraction": 1.0}, "fraction", r"in \[0, 1\)"),
@@ -107,6 +141,19 @@ def test_alie_forges_every_attackers_model_from_the_honest_updates():
     expected = np.asarray(sent) + (honest.sum(axis=0) + 2 * forged) / 5  # equal num-examples: plain mean
     np.testing.assert_allclose(result, expected, rtol=1e-6)
     assert logged["attackers"] == 2 and logged["attacker-nodes"] == [4, 5]
+
+
+def test_the_harness_reports_the_attackers_share_and_the_oracle_drops_them():
+    updates = [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [-3.0, 0.0]]
+    result, logged = _round(WeightedMean(), AttackParams("sign-flip", 0.25), [0, 0, 0, 1], updates, [0.0, 0.0])
+    np.testing.assert_allclose(result, [0.0, 0.0], atol=1e-7)  # (1 + 1 + 1 - 3) / 4
+    assert logged["attacker-share"] == pytest.approx(0.25) and "oracle-dropped" not in logged
+    result, logged = _round(WeightedMean(), AttackParams("sign-flip", 0.25, oracle=True), [0, 0, 0, 1], updates,
+                            [0.0, 0.0])
+    np.testing.assert_allclose(result, [1.0, 0.0], rtol=1e-6)
+    assert logged["attacker-share"] == pytest.approx(0.0, abs=1e-9) and logged["oracle-dropped"] == 1
+    _, logged = _round(WeightedMean(), AttackParams("sign-flip", 0.25), [0, 0, 0, 0], updates, [0.0, 0.0])
+    assert logged["attacker-share"] is None and logged["attackers"] == 0  # no attacker this round
 
 
 def test_ipm_turns_the_mean_against_the_honest_direction():

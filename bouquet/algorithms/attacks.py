@@ -36,7 +36,7 @@ import numpy as np
 from bouquet.params import require
 
 __all__ = ["ATTACKS", "DATA_ATTACKS", "DEFAULT_SCALES", "MODEL_ATTACKS", "SERVER_ATTACKS", "AttackParams",
-           "alie", "attackers", "ipm", "poison_update"]
+           "alie", "attacker_share", "attackers", "ipm", "poison_update"]
 
 #: Attacks on the attacker's own update (client side).
 MODEL_ATTACKS = ("sign-flip", "scale", "gaussian", "same-value")
@@ -65,11 +65,16 @@ class AttackParams:
         Share of the partitions that attack, in [0, 1); ``round(fraction * N)`` of them.
     scale : float, default 0.0
         The attack's strength ``s`` (see the module); 0 takes :data:`DEFAULT_SCALES`.
+    oracle : bool, default False
+        A reference, not a defence (``attack-oracle``): the server knows the attackers and drops their
+        replies before aggregating, so a run measures what the honest clients alone reach (the floor
+        a perfect defence cannot beat, since the attackers' data is lost with their updates).
     """
 
     attack: str = "none"
     fraction: float = 0.0
     scale: float = 0.0
+    oracle: bool = False
 
     def __post_init__(self) -> None:
         require(self.attack in ATTACKS, "attack", f"attack must be one of {', '.join(ATTACKS)}, got {self.attack!r}")
@@ -135,6 +140,51 @@ def poison_update(update: np.ndarray, attack: str, scale: float, rng: np.random.
     else:
         raise ValueError(f"{attack!r} is not a model attack; choose one of {MODEL_ATTACKS}")
     return np.asarray(out, dtype=update.dtype)
+
+
+def attacker_share(models: np.ndarray, weights: np.ndarray, flags: np.ndarray, aggregate: np.ndarray) -> float:
+    """How far ``aggregate`` went from the honest mean towards the attackers' mean, as a share of the way.
+
+    With ``h`` and ``a`` the ``weights``-weighted means of the honest and the attacking rows,
+    ``share = <aggregate - h, a - h> / ||a - h||^2``: the coefficient of the projection of the aggregate
+    on the line from ``h`` to ``a``.  For any weighted mean of the rows it is the attackers' share of the
+    weight (FedAvg: their share of the examples; the paper's HK, eq. 16, with the attackers a coalition of
+    their own among K: 1/K); a rule that ignores the attackers scores 0, one that returns their mean 1.
+    It is defined for every rule (Krum's pick, a median, a clipped mean), which is why the study reports
+    it rather than weights.
+
+    Parameters
+    ----------
+    models : array, shape (S, d)
+        The round's models (or updates) as the aggregator saw them.
+    weights : array, shape (S,)
+        Each row's weight in the means (``num-examples``); non-negative, positive in each group.
+    flags : bool array, shape (S,)
+        True for the attackers' rows.
+    aggregate : array, shape (d,)
+        What the rule returned (same space as ``models``).
+
+    Returns
+    -------
+    float
+        The share; NaN when there are no honest or no attacking rows, or both means coincide.
+    """
+    models = np.asarray(models, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    flags = np.asarray(flags, dtype=bool)
+    if models.ndim != 2 or weights.shape != (models.shape[0],) or flags.shape != weights.shape:
+        raise ValueError(f"models {models.shape}, weights {weights.shape} and flags {flags.shape} do not match")
+    if np.any(weights < 0):
+        raise ValueError("weights must be non-negative")
+    if weights[flags].sum() <= 0 or weights[~flags].sum() <= 0:
+        return float("nan")
+    honest = np.average(models[~flags], axis=0, weights=weights[~flags])
+    attack = np.average(models[flags], axis=0, weights=weights[flags])
+    gap = attack - honest
+    norm = float(gap @ gap)
+    if norm == 0.0:
+        return float("nan")
+    return float((np.asarray(aggregate, dtype=np.float64) - honest) @ gap / norm)
 
 
 def alie(honest: np.ndarray, scale: float) -> np.ndarray:

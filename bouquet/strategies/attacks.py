@@ -2,10 +2,12 @@
 
 Attacking ClientApps flag themselves (``attacker = true`` in their reply's ``info`` record;
 :mod:`bouquet.client_app`).  :class:`AttackHarness` wraps any aggregator: it reports how many of the
-round's usable replies came from attackers and, for the attacks that need every honest update of the
-round (``alie``, ``ipm``: :mod:`bouquet.algorithms.attacks`), replaces each attacker's model with
-``theta_i + attack(honest updates)`` before the wrapped aggregator sees the round.  This is a
-simulation device (an omniscient attacker); in a deployment the attackers are whatever the nodes send.
+round's usable replies came from attackers and their share of the new shared model
+(:func:`bouquet.algorithms.attacks.attacker_share`), and, for the attacks that need every honest update of
+the round (``alie``, ``ipm``), replaces each attacker's model with ``theta_i + attack(honest updates)``
+before the wrapped aggregator sees the round.  This is a simulation device (an omniscient attacker); in a
+deployment the attackers are whatever the nodes send.  With ``attack-oracle`` it drops the attackers'
+replies instead (the reference a perfect defence would reach).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import dataclasses
 
 import numpy as np
 
-from bouquet.algorithms.attacks import SERVER_ATTACKS, AttackParams, alie, ipm
+from bouquet.algorithms.attacks import SERVER_ATTACKS, AttackParams, alie, attacker_share, ipm
 from bouquet.strategies.aggregation import Aggregator
 from bouquet.strategies.rounds import Aggregate, ClientUpdates
 
@@ -43,10 +45,24 @@ class AttackHarness:
         forged = self.params.attack in SERVER_ATTACKS and flags.any() and (~flags).sum() >= 2
         if forged:
             updates = self._forge(updates, flags)
-        aggregate = self.inner.aggregate(updates)
+        dropped = self.params.oracle and flags.any() and not flags.all()
+        aggregate = self.inner.aggregate(updates.subset(~flags) if dropped else updates)
         nodes = [int(n) for n, f in zip(updates.node_ids, flags) if f]
-        report = {**aggregate.report, "attackers": len(nodes), "attacker-nodes": nodes}
+        report = {**aggregate.report, "attackers": len(nodes), "attacker-nodes": nodes,
+                  "attacker-share": self._share(updates, flags, aggregate)}
+        if self.params.oracle:
+            report["oracle-dropped"] = len(nodes) if dropped else 0
         return dataclasses.replace(aggregate, report=report)
+
+    @staticmethod
+    def _share(updates: ClientUpdates, flags: np.ndarray, aggregate: Aggregate) -> float | None:
+        """The attackers' share of the new shared model (None: no model, or no attackers or no honest reply)."""
+        if aggregate.model is None or not flags.any() or flags.all():
+            return None
+        matrix, layout = updates.stacked
+        share = attacker_share(matrix, np.asarray(updates.num_examples, dtype=np.float64), flags,
+                               layout.flatten(aggregate.model, np.float64))
+        return round(share, 6) if np.isfinite(share) else None
 
     def _forge(self, updates: ClientUpdates, flags: np.ndarray) -> ClientUpdates:
         matrix, layout = updates.stacked
@@ -62,5 +78,6 @@ class AttackHarness:
     def describe(self) -> list[str]:
         p = self.params
         where = "forged by the server from the honest updates" if p.attack in SERVER_ATTACKS else "sent by the clients"
+        oracle = "; the oracle drops their replies" if p.oracle else ""
         return [*self.inner.describe(),
-                f"Attack: {p.attack}, {p.fraction:.0%} of the partitions, s={p.strength:g} ({where})"]
+                f"Attack: {p.attack}, {p.fraction:.0%} of the partitions, s={p.strength:g} ({where}{oracle})"]
