@@ -30,7 +30,6 @@ import pandas as pd
 
 from bouquet.results import find_runs, markdown_table
 
-
 #: The arm that drops the attackers' replies (``attack-oracle``): the floor a perfect defence reaches.
 ORACLE = "fedavg-oracle"
 
