@@ -125,9 +125,15 @@ class Deployment:
 
 def start_supernode(deploy: Deployment, partition_id: int, data_path: Path | None = None,
                     private_key: Path | None = None, root_certificates: Path | None = None,
-                    insecure: bool | None = None) -> subprocess.Popen:
-    """Start one ``flower-supernode`` for ``partition_id`` (log: ``workdir/supernode-<id>.log``)."""
+                    insecure: bool | None = None, num_partitions: int | None = None) -> subprocess.Popen:
+    """Start one ``flower-supernode`` for ``partition_id`` (log: ``workdir/supernode-<id>.log``).
+
+    ``num_partitions`` (the federation's size) goes into the node config when given: attacked runs need it
+    to draw the attackers (``bouquet.client_app.is_attacker``).
+    """
     node_config = f"partition-id={partition_id}"
+    if num_partitions is not None:
+        node_config += f" num-partitions={num_partitions}"
     if data_path is not None:
         node_config += f' data-path="{data_path}"'
     command = [flower_bin("flower-supernode"), "--superlink", f"127.0.0.1:{deploy.port}", "--node-config", node_config,

@@ -74,6 +74,29 @@ def test_insecure_mode_is_explicit(tmp_path):
         assert wait_for_nodes(deploy, 1) == 1
 
 
+def test_deployed_attackers_are_drawn_flagged_and_measured(tmp_path):
+    """An attacked run on real SuperNodes: each node draws whether it attacks from the run's seed and its
+    node config, the attacker flips its update, and the server reports it and its share of the model."""
+    from bouquet.algorithms.attacks import attackers
+
+    with deployment(tmp_path, secure=False) as deploy:
+        for partition in range(3):
+            start_supernode(deploy, partition, num_partitions=3)
+        assert wait_for_nodes(deploy, 3) == 3
+        done = deploy.run(ROOT, run_config=f'num-server-rounds=1 clients-per-round=3 fraction-evaluate=0 {SMALL} '
+                                           'attack="sign-flip" attack-fraction=0.34 hk-update-norm-bound=2.0 '
+                                           f'results-dir="{tmp_path / "results"}" run-name="attacked" seed=4')
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    folder = tmp_path / "results" / "attacked"
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["attackers"] == sorted(attackers(3, 0.34, seed=4)) and len(summary["attackers"]) == 1
+    (train,) = [r for r in map(json.loads, (folder / "rounds.jsonl").read_text().splitlines()) if r["phase"] == "train"]
+    assert train["attackers"] == 1 and isinstance(train["attacker-share"], float)
+    clients = pd.read_csv(folder / "clients.csv")
+    assert sorted(clients.loc[clients["attacker"].astype(bool), "partition-id"]) == summary["attackers"]
+
+
 def test_a_supernode_killed_mid_round_does_not_stop_the_run(tmp_path):
     """Node 2 dies while training round 1: the round completes with nodes 0 and 1 and the log names node 2."""
     import re
