@@ -36,6 +36,7 @@ from bouquet.algorithms.selection import (
     SCKMSelectSelector,
     Selector,
 )
+from bouquet.checkpoint import CheckpointParams
 from bouquet.data.images import VisionDataConfig
 from bouquet.data.water import WaterDataConfig
 from bouquet.params import ParamError
@@ -197,6 +198,8 @@ _SECTIONS = (
     _Section("cfl", CFLParams, prefix="cfl-"),
     _Section("robust", RobustRuleParams, prefix="robust-"),
     _Section("attack", AttackParams, prefix="attack-", rename={"attack": "attack"}),
+    _Section("checkpoint", CheckpointParams, prefix="checkpoint-",
+             rename={"resume_from": "resume-from", "allow_new_rounds": "resume-allow-rounds"}),
     _Section("sckm_select", SCKMSelectSelector, rename={"layer_combine": "sckm-layer-combine"}),
     _Section("sckm_cluster", SCKMClusterSelector, prefix="sckm-"),
     _Section("power_of_choice", PowerOfChoiceSelector, prefix="pow-"),
@@ -328,6 +331,7 @@ class AppConfig:
     cfl: CFLParams = field(default_factory=CFLParams)
     robust: RobustRuleParams = field(default_factory=RobustRuleParams)
     attack: AttackParams = field(default_factory=AttackParams)
+    checkpoint: CheckpointParams = field(default_factory=CheckpointParams)
     sckm_select: SCKMSelectSelector = field(default_factory=SCKMSelectSelector)
     sckm_cluster: SCKMClusterSelector = field(default_factory=SCKMClusterSelector)
     power_of_choice: PowerOfChoiceSelector = field(default_factory=PowerOfChoiceSelector)

@@ -101,6 +101,35 @@ def parse_overrides(text: str) -> dict:
     return tomllib.loads("\n".join(f"{key} = {value}" for key, value in pairs))
 
 
+def format_overrides(values: dict) -> str:
+    """The inverse of :func:`parse_overrides`: ``values`` as a ``--run-config`` string (TOML scalars)."""
+    import json
+
+    def scalar(value: object) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, str):
+            if '"' in value:
+                raise ValueError(f"a run-config string cannot hold a double quote: {value!r}")
+            return f'"{value}"'
+        if isinstance(value, int | float):
+            return json.dumps(value)
+        raise ValueError(f"not a run-config scalar: {value!r}")
+
+    return " ".join(f"{key}={scalar(value)}" for key, value in values.items())
+
+
+def resume_overrides(folder: Path, run_config: str = "") -> str:
+    """The ``--run-config`` that resumes the run in ``folder``: its ``config.json``, then ``run_config``."""
+    import json
+
+    saved = folder / "config.json"
+    if not saved.is_file():
+        raise SystemExit(f"--resume: {folder} has no config.json; is it a bouquet run folder?")
+    values = {**json.loads(saved.read_text()), **parse_overrides(run_config), "resume-from": str(folder.resolve())}
+    return format_overrides(values)
+
+
 #: SuperNodes of a vision run when none are given (the SCKM paper's 10-client setting).
 VISION_CLIENTS = 10
 
@@ -135,7 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-config", default="", help="overrides, e.g. 'num-server-rounds=5 seed=1'")
     parser.add_argument("--ray-address", default=None,
                         help="join this existing Ray cluster (head:port) instead of starting a private Ray")
+    parser.add_argument("--resume", default=None, metavar="RUN_FOLDER",
+                        help="go on with an interrupted run from its last checkpoint, with its config.json "
+                             "(--run-config may add resume-allow-rounds=true num-server-rounds=N)")
     args = parser.parse_args(argv)
+    if args.resume:
+        args.run_config = resume_overrides(Path(args.resume), args.run_config)
+        print(f"bouquet: resuming {Path(args.resume).resolve()}", flush=True)
     if args.supernodes is None:
         args.supernodes = pool_size(Path(args.app), args.run_config)
         print(f"bouquet: {args.supernodes} SuperNodes (one per household of the pool, or the vision default)",

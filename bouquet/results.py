@@ -44,14 +44,25 @@ class RunRecorder:
     folder : Path
         Created if missing.  An existing ``summary.json`` there means a
         finished run: refused, so that no result is overwritten.
+    resume : bool, default False
+        Go on appending to the existing folder of an interrupted run (tables keep the columns of their
+        header line); see :meth:`reopen`.
     """
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, resume: bool = False) -> None:
         self.folder = Path(folder)
         if (self.folder / "summary.json").exists():
             raise FileExistsError(f"{self.folder} already holds a finished run; choose another run-name")
+        if resume and not self.folder.is_dir():
+            raise FileNotFoundError(f"no run folder {self.folder} to resume")
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.resumed = resume
         self._columns: dict[str, list[str]] = {}
+
+    @classmethod
+    def reopen(cls, folder: str | Path) -> RunRecorder:
+        """The recorder of an interrupted run's folder, appending where it stopped."""
+        return cls(Path(folder).expanduser().resolve(), resume=True)
 
     @classmethod
     def create(cls, results_dir: str | Path, run_name: str = "", label: str = "run") -> RunRecorder:
@@ -77,6 +88,10 @@ class RunRecorder:
             return
         path = self.folder / f"{table}.csv"
         columns = self._columns.get(table)
+        if columns is None and self.resumed and path.exists() and path.stat().st_size:
+            with open(path, newline="") as handle:
+                columns = next(csv.reader(handle))
+            self._columns[table] = columns
         if columns is None:
             columns = list(rows[0])
             self._columns[table] = columns

@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,11 @@ from flwr.app import (
     RecordDict,
 )
 from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Result
 
+from bouquet import __version__
 from bouquet.algorithms.sckm import average_cardinality
+from bouquet.checkpoint import Checkpoint, CheckpointError, check_resumable, latest_checkpoint, rewind_files
 from bouquet.config import AppConfig
 from bouquet.data.images import load_images
 from bouquet.data.water import load_pool
@@ -43,6 +47,7 @@ from bouquet.messages import MessageFactory, flower_message
 from bouquet.results import RunRecorder
 from bouquet.strategies.aggregation import Aggregator, Coalitions, FixedKRule, HKRule, WeightedMean
 from bouquet.strategies.attacks import AttackHarness
+from bouquet.strategies.checkpoints import restore, save_checkpoint
 from bouquet.strategies.clustered import CFLClusters, ClusterMeans, IFCASampler, LocalModels, ifca_models
 from bouquet.strategies.entries import ProximalTerm
 from bouquet.strategies.models import AssignedModels, ModelStore, SharedModel
@@ -212,6 +217,11 @@ def _selection_summary(config: AppConfig, strategy: BouquetStrategy) -> dict[str
     return summary
 
 
+def _resume_summary(checkpoint: Checkpoint | None) -> dict[str, Any]:
+    """``resumed-after-round`` in a resumed run's summary (the last resume, if several)."""
+    return {} if checkpoint is None else {"resumed-after-round": checkpoint.server_round}
+
+
 def _attack_summary(config: AppConfig, rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
     """The attackers (partition ids) and the honest clients' mean ``metric``, in attacked runs only."""
     if not config.attack.active:
@@ -241,14 +251,49 @@ def main(grid: Grid, context: Context) -> None:
     started = time.time()
     config = AppConfig.from_run_config(context.run_config)
     run = config.run
-    label = run.strategy if run.selection == "random" else f"{run.selection}-{run.strategy}"
-    recorder = RunRecorder.create(run.results_dir, run.run_name, label=label)
-    recorder.write_json("config.json", config.to_run_config())
+    if config.checkpoint.resume_from:
+        recorder, checkpoint = _reopen(config)
+    else:
+        label = run.strategy if run.selection == "random" else f"{run.selection}-{run.strategy}"
+        recorder, checkpoint = RunRecorder.create(run.results_dir, run.run_name, label=label), None
+        recorder.write_json("config.json", config.to_run_config())
     log.info("bouquet: results in %s", recorder.folder)
     if run.task == "vision":
-        _run_vision(grid, config, recorder, started)
+        _run_vision(grid, config, recorder, started, checkpoint)
     else:
-        _run_water(grid, config, recorder, started)
+        _run_water(grid, config, recorder, started, checkpoint)
+
+
+def _reopen(config: AppConfig) -> tuple[RunRecorder, Checkpoint]:
+    """The interrupted run's folder and its last readable checkpoint, the folder cut back to it."""
+    folder = Path(config.checkpoint.resume_from).expanduser().resolve()
+    if not folder.is_dir():
+        raise CheckpointError(f"resume-from: no run folder {folder}")
+    if (folder / "summary.json").exists():
+        raise CheckpointError(f"resume-from: {folder} holds a finished run (summary.json); nothing to resume")
+    checkpoint = latest_checkpoint(folder)
+    check_resumable(checkpoint, config.to_run_config(), __version__, config.checkpoint.allow_new_rounds)
+    for change in rewind_files(folder, checkpoint.meta["files"]):
+        log.info("resume: %s", change)
+    log.info("resume: %s after round %d", folder, checkpoint.server_round)
+    return RunRecorder.reopen(folder), checkpoint
+
+
+def _start(strategy: BouquetStrategy, grid: Grid, config: AppConfig, recorder: RunRecorder, initial: ArrayRecord,
+           checkpoint: Checkpoint | None, evaluate_fn: Callable[[int, ArrayRecord], MetricRecord] | None = None
+           ) -> Result:
+    """Run the rounds (from the checkpoint's, when resuming), checkpointing as ``checkpoint-*`` says."""
+    run, params = config.run, config.checkpoint
+    result = restore(strategy, grid, checkpoint) if checkpoint is not None else None
+    header = {"config": config.to_run_config(), "version": __version__}
+
+    def on_round_end(server_round: int, so_far: Result) -> None:
+        if params.due(server_round, run.num_server_rounds):
+            save_checkpoint(strategy, so_far, recorder.folder, header, keep=params.keep)
+
+    return strategy.start(grid=grid, initial_arrays=initial, num_rounds=run.num_server_rounds,
+                          timeout=run.round_timeout, evaluate_fn=evaluate_fn, on_round_end=on_round_end,
+                          result=result)
 
 
 def _final_clients(grid: Grid, config: AppConfig, strategy: BouquetStrategy, recorder: RunRecorder) -> list[dict]:
@@ -258,15 +303,15 @@ def _final_clients(grid: Grid, config: AppConfig, strategy: BouquetStrategy, rec
     return rows
 
 
-def _run_vision(grid: Grid, config: AppConfig, recorder: RunRecorder, started: float) -> None:
+def _run_vision(grid: Grid, config: AppConfig, recorder: RunRecorder, started: float,
+                checkpoint: Checkpoint | None = None) -> None:
     run = config.run
     initial, evaluate = central_evaluation(config, recorder)
     images = load_images(config.vision_data)
     clusters = _cluster_models(config, lambda: make_model(config.vision_model.name, images.shape, len(images.classes)))
     strategy = build_strategy(config, recorder, clusters)
     central = config.central.mode in ("central", "both")
-    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=run.num_server_rounds,
-                            timeout=run.round_timeout, evaluate_fn=evaluate if central else None)
+    result = _start(strategy, grid, config, recorder, initial, checkpoint, evaluate if central else None)
     curve = {int(r): float(m["accuracy"]) for r, m in result.evaluate_metrics_serverapp.items()}
     summary: dict[str, Any] = {"task": "vision", "strategy": run.strategy, "rounds": run.num_server_rounds,
                                "accuracy-per-round": [curve[r] for r in sorted(curve)],
@@ -280,7 +325,7 @@ def _run_vision(grid: Grid, config: AppConfig, recorder: RunRecorder, started: f
                     "client-accuracy-mean": float(final.mean()) if len(final) else None,
                     "client-accuracy-std": float(final.std()) if len(final) else None,
                     **_attack_summary(config, rows, "accuracy")}
-    summary |= {**_selection_summary(config, strategy), "wall-seconds": time.time() - started}
+    summary |= {**_selection_summary(config, strategy), **_resume_summary(checkpoint), "wall-seconds": time.time() - started}
     recorder.write_json("summary.json", summary)
     if curve:
         best = max(sorted(curve), key=curve.get)  # the earliest round with the highest accuracy
@@ -295,14 +340,16 @@ def _run_vision(grid: Grid, config: AppConfig, recorder: RunRecorder, started: f
              run.num_server_rounds, accuracy_text, recorder.folder)
 
 
-def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: float) -> None:
+def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: float,
+               checkpoint: Checkpoint | None = None) -> None:
     run = config.run
-    _write_pool(config, recorder)
+    if checkpoint is None:
+        _write_pool(config, recorder)
     torch.manual_seed(config.sampling.seed)
     new_model = lambda: LSTMForecaster(config.water_model.hidden_size, config.water_model.num_layers)
     initial = ArrayRecord(new_model().state_dict())
     strategy = build_strategy(config, recorder, _cluster_models(config, new_model))
-    strategy.start(grid=grid, initial_arrays=initial, num_rounds=run.num_server_rounds, timeout=run.round_timeout)
+    _start(strategy, grid, config, recorder, initial, checkpoint)
 
     rows = _final_clients(grid, config, strategy, recorder)
     mae = np.array([r["mae-litres"] for r in rows])
@@ -312,7 +359,7 @@ def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: fl
         "mae-litres-mean": float(mae.mean()) if len(mae) else None,
         "mae-litres-std": float(mae.std()) if len(mae) else None,
         "mse-mean": float(mse.mean()) if len(mse) else None,
-        **_selection_summary(config, strategy),
+        **_selection_summary(config, strategy), **_resume_summary(checkpoint),
         **_attack_summary(config, rows, "mae-litres"),
         "wall-seconds": time.time() - started,
     }

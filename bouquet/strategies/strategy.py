@@ -299,8 +299,14 @@ class BouquetStrategy(Strategy):
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
               train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-              should_stop: Callable[[int, Result], bool] | None = None) -> Result:
+              should_stop: Callable[[int, Result], bool] | None = None,
+              on_round_end: Callable[[int, Result], None] | None = None,
+              result: Result | None = None) -> Result:
         """Run rounds ``server_round + 1 .. num_rounds``, each record passed from configure to aggregate.
+
+        A fresh strategy starts from ``initial_arrays`` at round 1; one that :meth:`load_state` brought to
+        the end of round k (a resumed run) keeps its models and goes on at round k + 1, with ``result`` the
+        metrics gathered until then.
 
         Parameters
         ----------
@@ -316,6 +322,10 @@ class BouquetStrategy(Strategy):
             Server-side evaluation, before the first round and after each.
         should_stop : callable(round, Result) -> bool, optional
             Asked after each round; True ends the run early.
+        on_round_end : callable(round, Result), optional
+            Called after each completed round, when every record of it is written (a checkpoint).
+        result : flwr.serverapp.strategy.Result, optional
+            The metrics of the rounds before ``server_round + 1`` (a resumed run).
 
         Returns
         -------
@@ -327,11 +337,17 @@ class BouquetStrategy(Strategy):
         self.summary()
         train_config = train_config if train_config is not None else ConfigRecord()
         evaluate_config = evaluate_config if evaluate_config is not None else ConfigRecord()
-        self.models.adopt(initial_arrays)
-        result = Result()
-        result.arrays = initial_arrays
+        resumed = self.server_round > 0
+        if resumed:
+            log.info("\t├── Resuming after round %d", self.server_round)
+            result = result if result is not None else Result()
+            result.arrays = self.models.shared
+        else:
+            self.models.adopt(initial_arrays)
+            result = Result()
+            result.arrays = initial_arrays
         started = time.time()
-        if evaluate_fn is not None:
+        if evaluate_fn is not None and not resumed:
             res = evaluate_fn(0, initial_arrays)
             log.info("Initial global evaluation results: %s", res)
             if res is not None:
@@ -359,6 +375,8 @@ class BouquetStrategy(Strategy):
                 if res is not None:
                     result.evaluate_metrics_serverapp[server_round] = res
             self.server_round = server_round
+            if on_round_end is not None:
+                on_round_end(server_round, result)
             if should_stop is not None and should_stop(server_round, result):
                 log.info("Stopping early after round %s", server_round)
                 break

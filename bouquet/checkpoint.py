@@ -1,0 +1,348 @@
+"""Per-round checkpoints of a run, and what resuming from one needs (numpy + json only, no Flower).
+
+A checkpoint is one file, ``<run folder>/checkpoints/round-NNNN.npz``: every model the server keeps (as
+named numpy arrays) and a JSON header (``meta``) with the round, the strategy's JSON state, the metrics the
+run has gathered, the size of every file of the run folder at that moment, the run config and the bouquet
+version.  :func:`write_checkpoint` writes it atomically (a temporary file, fsync, rename), so a crash leaves
+either the previous checkpoint or the new one, never half of one, and keeps the last ``keep``.
+:func:`latest_checkpoint` reads the newest that loads, falling back to an older one with a warning when
+the newest is truncated or corrupt.  :func:`rewind_files` cuts the run folder's files back to the sizes a
+checkpoint recorded, so a resumed run appends each later round exactly once.
+
+Flower draws a new random 64-bit node id for every node in every simulation run (and a SuperNode that
+registers again may get a new one), so a checkpoint must not name nodes by id.  :func:`nodes_to_keys`
+replaces every node id found anywhere in the JSON state (a JSON integer, or a string of digits, equal to a
+known node id) with ``"@node:<stable key>"`` (``"@node-text:<stable key>"`` for the string form), and
+:func:`keys_to_nodes` puts the new run's ids back, in the same form.
+Node ids are drawn from 2**63 values, so a count or a round number is never mistaken for one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bouquet.params import require
+
+__all__ = ["CHECKPOINT_DIR", "RESUME_FREE_KEYS", "Checkpoint", "CheckpointError", "CheckpointParams", "check_resumable", "keys_to_nodes",
+           "latest_checkpoint", "list_checkpoints", "missing_keys", "nodes_to_keys", "read_checkpoint", "rewind_files",
+           "snapshot_files", "write_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+#: The run folder's sub-folder of checkpoints.
+CHECKPOINT_DIR = "checkpoints"
+#: The file format's version (in every header).
+FORMAT = 1
+_META = "__meta__"
+_NAME = re.compile(r"^round-(\d{4,})\.npz$")
+_NODE = "@node:"
+_NODE_TEXT = "@node-text:"
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint, or one that does not fit the run that would resume from it."""
+
+
+@dataclass(frozen=True)
+class CheckpointParams:
+    """When to checkpoint and what to resume (run-config keys ``checkpoint-every``, ``checkpoint-keep``,
+    ``resume-from``, ``resume-allow-rounds``).
+
+    Parameters
+    ----------
+    every : int, default 1
+        Write a checkpoint after every ``every``-th completed round (and after the last); 0 = never.
+    keep : int, default 2
+        How many of the newest checkpoints to keep (>= 1).
+    resume_from : str, default ""
+        A run folder to resume: the run goes on from its last complete round, in that folder.
+    allow_new_rounds : bool, default False
+        Accept a ``num-server-rounds`` different from the interrupted run's (every other key must match).
+    """
+
+    every: int = 1
+    keep: int = 2
+    resume_from: str = ""
+    allow_new_rounds: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.every >= 0, "every", f"checkpoint-every must be >= 0 (0: never), got {self.every}")
+        require(self.keep >= 1, "keep", f"checkpoint-keep must be >= 1, got {self.keep}")
+
+    def due(self, server_round: int, num_rounds: int) -> bool:
+        """Whether to checkpoint after ``server_round`` of ``num_rounds``."""
+        return self.every > 0 and (server_round % self.every == 0 or server_round == num_rounds)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint read back.
+
+    Attributes
+    ----------
+    server_round : int
+        The last round the run had completed.
+    meta : dict
+        The JSON header (see the module docstring).
+    models : dict
+        Model key -> {array name -> array}, in the order they were written.
+    path : Path
+    """
+
+    server_round: int
+    meta: dict[str, Any]
+    models: dict[str, dict[str, np.ndarray]]
+    path: Path
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # not every platform opens folders
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_checkpoints(run_folder: str | Path) -> list[Path]:
+    """The run folder's checkpoint files, oldest round first."""
+    folder = Path(run_folder) / CHECKPOINT_DIR
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def write_checkpoint(run_folder: str | Path, server_round: int, meta: Mapping[str, Any],
+                     models: Mapping[str, Mapping[str, np.ndarray]], keep: int = 2) -> Path:
+    """Write the checkpoint of ``server_round`` atomically and keep only the newest ``keep``.
+
+    Parameters
+    ----------
+    run_folder : str or Path
+    server_round : int
+        The round just completed (>= 0).
+    meta : mapping
+        JSON-able header entries (``round``, ``format`` and the array index are added).
+    models : mapping
+        Model key -> {array name -> numpy array}.
+    keep : int, default 2
+
+    Returns
+    -------
+    Path
+        The new checkpoint file.
+    """
+    if server_round < 0:
+        raise ValueError(f"server_round must be >= 0, got {server_round}")
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    folder = Path(run_folder) / CHECKPOINT_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays: dict[str, np.ndarray] = {}
+    index: dict[str, list[list[str]]] = {}
+    for key, model in models.items():
+        index[key] = []
+        for name, value in model.items():
+            slot = f"a{len(arrays)}"
+            arrays[slot] = np.asarray(value)
+            index[key].append([name, slot])
+    header = {**meta, "format": FORMAT, "round": int(server_round), "models": index}
+    arrays[_META] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    path = folder / f"round-{server_round:04d}.npz"
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as handle:
+        np.savez(handle, **arrays)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+    _fsync_dir(folder)
+    for old in list_checkpoints(run_folder)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """Read and check one checkpoint file; :class:`CheckpointError` names what is wrong with it."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            loaded = {name: data[name] for name in data.files}  # reads every member: zip CRCs are checked
+        header = json.loads(loaded.pop(_META).tobytes().decode())
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as error:
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(error).__name__}: {error})") from error
+    if header.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {path} has format {header.get('format')!r}; this bouquet reads {FORMAT}")
+    try:
+        models = {key: {name: loaded[slot] for name, slot in entries} for key, entries in header["models"].items()}
+    except KeyError as error:
+        raise CheckpointError(f"checkpoint {path} lacks the array {error}") from error
+    return Checkpoint(int(header["round"]), header, models, path)
+
+
+def latest_checkpoint(run_folder: str | Path) -> Checkpoint:
+    """The newest checkpoint of ``run_folder`` that reads back, warning about each newer one that does not."""
+    candidates = list_checkpoints(run_folder)
+    if not candidates:
+        raise CheckpointError(f"{run_folder} holds no checkpoint ({CHECKPOINT_DIR}/round-NNNN.npz): nothing to "
+                              "resume (was it run with checkpoint-every = 0, or is it not a bouquet run folder?)")
+    problems = []
+    for path in reversed(candidates):
+        try:
+            checkpoint = read_checkpoint(path)
+        except CheckpointError as error:
+            log.warning("%s; falling back to the previous checkpoint", error)
+            problems.append(str(error))
+            continue
+        return checkpoint
+    raise CheckpointError(f"no checkpoint of {run_folder} can be read: " + "; ".join(problems))
+
+
+def snapshot_files(run_folder: str | Path) -> dict[str, int]:
+    """Size in bytes of every file of the run folder (relative paths), checkpoints excepted."""
+    root = Path(run_folder)
+    sizes = {}
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if path.is_file() and relative.parts[0] != CHECKPOINT_DIR:
+            sizes[relative.as_posix()] = path.stat().st_size
+    return sizes
+
+
+def rewind_files(run_folder: str | Path, sizes: Mapping[str, int]) -> list[str]:
+    """Cut the run folder back to ``sizes`` (from :func:`snapshot_files`); returns what it changed.
+
+    Files that grew are truncated, files written after the snapshot are removed; a file that is shorter
+    than recorded (or missing) cannot be rebuilt: :class:`CheckpointError`.
+    """
+    root = Path(run_folder)
+    now = snapshot_files(root)
+    changed = []
+    for name, size in sizes.items():
+        if now.get(name, -1) < size:
+            raise CheckpointError(f"{root / name} is shorter than when the checkpoint was written "
+                                  f"({now.get(name, 0)} < {size} bytes): the run folder was changed since")
+        if now[name] > size:
+            with open(root / name, "r+b") as handle:
+                handle.truncate(size)
+            changed.append(f"{name}: cut to {size} bytes")
+    for name in sorted(set(now) - set(sizes)):
+        (root / name).unlink()
+        changed.append(f"{name}: removed (written after the checkpoint)")
+    return changed
+
+
+def _translate(value: Any, table: Mapping[Any, Any]) -> Any:
+    if isinstance(value, dict):
+        return {_translate(k, table): _translate(v, table) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_translate(v, table) for v in value]
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | str) and value in table:
+        return table[value]
+    return value
+
+
+def nodes_to_keys(state: Any, keys: Mapping[int, Any]) -> Any:
+    """``state`` (JSON-able) with each node id of ``keys`` (id -> stable key) written ``"@node:<key>"``.
+
+    A node without a key cannot be named across runs: :class:`CheckpointError`.
+    """
+    missing = [node for node, key in keys.items() if key is None]
+    if missing:
+        raise CheckpointError(f"{len(missing)} node(s) report no stable identity (bouquet.node_identity): a "
+                              "checkpoint could not find them again after a restart")
+    table: dict[Any, str] = {}
+    for node, key in keys.items():
+        table[int(node)] = f"{_NODE}{key}"
+        table[str(int(node))] = f"{_NODE_TEXT}{key}"
+    return _translate(state, table)
+
+
+def keys_to_nodes(state: Any, keys: Mapping[int, Any]) -> Any:
+    """The inverse of :func:`nodes_to_keys` with the new run's ``keys`` (node id -> stable key).
+
+    A name that no connected node's key matches stays as it is; :func:`missing_keys` lists them.
+    """
+    table: dict[str, Any] = {}
+    for node, key in keys.items():
+        if key is not None:
+            table[f"{_NODE}{key}"] = int(node)
+            table[f"{_NODE_TEXT}{key}"] = str(int(node))
+    return _translate(state, table)
+
+
+def missing_keys(state: Any, keys: Mapping[int, Any]) -> set[str]:
+    """The ``"@node:<key>"`` names in ``state`` that none of ``keys`` (node id -> stable key) matches."""
+    known = {f"{prefix}{key}" for key in keys.values() if key is not None for prefix in (_NODE, _NODE_TEXT)}
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(k)
+                walk(v)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str) and value.startswith((_NODE, _NODE_TEXT)) and value not in known:
+            found.add(value)
+
+    walk(state)
+    return found
+
+
+
+#: Run-config keys that may differ between an interrupted run and its resumption (where results go, how
+#: long to wait, how often to checkpoint); ``num-server-rounds`` may with ``resume-allow-rounds``.
+RESUME_FREE_KEYS = ("resume-from", "resume-allow-rounds", "checkpoint-every", "checkpoint-keep", "results-dir",
+                    "run-name", "round-timeout", "node-wait-seconds")
+
+
+def check_resumable(checkpoint: Checkpoint, run_config: Mapping[str, Any], version: str,
+                    allow_new_rounds: bool = False) -> None:
+    """Refuse, naming what differs, to resume ``checkpoint`` with another config or bouquet version.
+
+    Parameters
+    ----------
+    checkpoint : Checkpoint
+    run_config : mapping
+        The resolved run config of the run that would resume (``AppConfig.to_run_config()``).
+    version : str
+        This bouquet's version.
+    allow_new_rounds : bool, default False
+        Accept a different ``num-server-rounds`` (not fewer than the rounds already done).
+    """
+    saved_version = checkpoint.meta.get("version")
+    if saved_version != version:
+        raise CheckpointError(f"{checkpoint.path} was written by bouquet {saved_version}, this is bouquet {version}: "
+                              "resume with the version that started the run")
+    saved = checkpoint.meta.get("config", {})
+    free = set(RESUME_FREE_KEYS) | ({"num-server-rounds"} if allow_new_rounds else set())
+    differ = sorted(k for k in set(saved) | set(run_config)
+                    if k not in free and saved.get(k, "<absent>") != run_config.get(k, "<absent>"))
+    if differ:
+        shown = "; ".join(f"{k}: {saved.get(k, '<absent>')!r} then, {run_config.get(k, '<absent>')!r} now"
+                          for k in differ[:8])
+        more = f" (and {len(differ) - 8} more)" if len(differ) > 8 else ""
+        hint = " (set resume-allow-rounds = true to change the number of rounds)" if differ == ["num-server-rounds"] \
+            else ""
+        raise CheckpointError(f"cannot resume {checkpoint.path.parent.parent}: the run config differs from the "
+                              f"interrupted run's in {shown}{more}{hint}")
+    rounds = run_config.get("num-server-rounds")
+    if isinstance(rounds, int) and rounds < checkpoint.server_round:
+        raise CheckpointError(f"num-server-rounds = {rounds}, but the checkpoint is after round "
+                              f"{checkpoint.server_round}")

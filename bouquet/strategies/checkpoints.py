@@ -1,0 +1,113 @@
+"""Checkpoints of a :class:`~bouquet.strategies.strategy.BouquetStrategy` run, and resuming from one.
+
+:func:`save_checkpoint` turns the strategy's whole server state (:class:`~bouquet.strategies.state.ServerState`:
+every model the store keeps, which node is served which, the stable node order, the sampler's state) and
+the metrics gathered so far into one checkpoint file (:mod:`bouquet.checkpoint`), naming nodes by their
+stable key, not by Flower's node id.  :func:`restore` waits for the nodes, learns their new ids, and loads
+the state into a strategy built with the same parts, returning the metrics to go on with.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flwr.app import MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+
+from bouquet.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    keys_to_nodes,
+    missing_keys,
+    nodes_to_keys,
+    snapshot_files,
+    write_checkpoint,
+)
+from bouquet.strategies.arrays import to_numpy, to_record
+from bouquet.strategies.state import ServerState
+
+__all__ = ["restore", "save_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+_PHASES = ("train_metrics_clientapp", "evaluate_metrics_clientapp", "evaluate_metrics_serverapp")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value.item() if hasattr(value, "item") else value
+
+
+def _result_to_json(result: Result) -> dict[str, dict[str, dict[str, Any]]]:
+    return {phase: {str(r): {k: _plain(v) for k, v in record.items()} for r, record in getattr(result, phase).items()}
+            for phase in _PHASES}
+
+
+def _result_from_json(payload: Mapping[str, Any]) -> Result:
+    result = Result()
+    for phase in _PHASES:
+        getattr(result, phase).update({int(r): MetricRecord(dict(m)) for r, m in payload.get(phase, {}).items()})
+    return result
+
+
+def save_checkpoint(strategy: Any, result: Result, run_folder: str | Path, extra: Mapping[str, Any],
+                    keep: int = 2) -> Path:
+    """Write the checkpoint of the strategy's last completed round into ``run_folder/checkpoints``.
+
+    Parameters
+    ----------
+    strategy : BouquetStrategy
+    result : flwr.serverapp.strategy.Result
+        The run's metrics until now.
+    run_folder : str or Path
+        The run folder (its files' sizes are recorded, so a resumed run appends where this one stopped).
+    extra : mapping
+        JSON-able header entries (the run config, the bouquet version).
+    keep : int, default 2
+        Checkpoints to keep.
+    """
+    state = strategy.state()
+    keys = dict(strategy.nodes.keys)
+    named = nodes_to_keys({"store": state.store, "nodes": state.nodes, "sampler": state.sampler}, keys)
+    json.dumps(named)  # a part whose state is not JSON-able fails here, before anything is written
+    meta = {**extra, "seed": state.seed, "state": named, "result": _result_to_json(result),
+            "files": snapshot_files(run_folder), "num-nodes": len(keys)}
+    models = {key: to_numpy(record) for key, record in state.models.items()}
+    return write_checkpoint(run_folder, state.server_round, meta, models, keep=keep)
+
+
+def restore(strategy: Any, grid: Grid, checkpoint: Checkpoint) -> Result:
+    """Load ``checkpoint`` into ``strategy`` (same parts and parameters) once its nodes are connected.
+
+    Waits (the strategy's ``node-wait-seconds``) for as many nodes as the checkpointed run knew, asks the
+    new ones for their stable keys, and maps the checkpoint's nodes onto today's node ids.  A node of the
+    checkpoint that is not connected is an error (its coalition, its model or its selection history would
+    be lost silently otherwise).
+
+    Returns
+    -------
+    flwr.serverapp.strategy.Result
+        The metrics of the rounds up to the checkpoint.
+    """
+    meta = checkpoint.meta
+    expected = int(meta.get("num-nodes", 0))
+    connected = strategy.nodes.connected(grid, checkpoint.server_round + 1, expected)
+    keys = {node: strategy.nodes.keys.get(node) for node in connected}
+    missing = missing_keys(meta["state"], keys)
+    if missing:
+        names = ", ".join(sorted(m.split(":", 1)[1] for m in missing)[:10])
+        raise CheckpointError(f"{len(missing)} node(s) of the checkpointed run are not connected (stable keys: "
+                              f"{names}{', ...' if len(missing) > 10 else ''}); start them, then resume again")
+    state = keys_to_nodes(meta["state"], keys)
+    models = {key: to_record(arrays) for key, arrays in checkpoint.models.items()}
+    strategy.load_state(ServerState(server_round=checkpoint.server_round, seed=int(meta["seed"]), models=models,
+                                    store=state["store"], nodes=state["nodes"], sampler=state["sampler"]))
+    log.info("resumed from %s: round %d done, %d nodes mapped to this run's node ids", checkpoint.path,
+             checkpoint.server_round, len(connected))
+    return _result_from_json(meta.get("result", {}))
