@@ -19,16 +19,18 @@ from the server.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from bouquet.processes import flower_bin, flwr, free_port, offline_env, start, stop, wait_until
+from bouquet.processes import descendants, flower_bin, flwr, free_port, offline_env, start, stop, wait_until
 
 __all__ = ["Deployment", "deployment", "make_certificates", "make_node_key", "split_households", "start_supernode",
            "wait_for_nodes"]
@@ -105,6 +107,40 @@ class Deployment:
     supernodes: dict[int, subprocess.Popen] = field(default_factory=dict)
     certificates: dict[str, Path] = field(default_factory=dict)
     connection: str = "bouquet-deploy"
+    command: list[str] = field(default_factory=list)
+
+    def unfinished_runs(self) -> list[int]:
+        """Ids of the runs the SuperLink lists as not finished (pending, starting or running)."""
+        import json
+
+        done = self.flwr("ls", self.connection, "--format", "json", timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"flwr ls failed:\n{done.stdout}{done.stderr}")
+        runs = json.loads(done.stdout).get("runs", [])
+        return [int(r["run-id"]) for r in runs if not str(r.get("status", "")).lower().startswith("finished")]
+
+    def stop_run(self, run_id: int) -> None:
+        """``flwr stop``: end a run, e.g. one whose ServerApp died with the SuperLink."""
+        done = self.flwr("stop", str(run_id), self.connection, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"flwr stop {run_id} failed:\n{done.stdout}{done.stderr}")
+
+    def restart_superlink(self, crash: bool = True, startup_seconds: float = 60) -> None:
+        """Stop the SuperLink and what it started (``crash``: SIGKILL, as a power cut) and start it again on the
+        same port and state database; the SuperNodes stay up and reconnect by themselves."""
+        if crash:
+            for pid in descendants(self.superlink.pid):
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            with suppress(ProcessLookupError):
+                os.killpg(self.superlink.pid, signal.SIGKILL)
+            self.superlink.wait()
+        else:
+            stop(self.superlink)
+        self.superlink = start(self.command, self.workdir / "superlink.log", offline_env(self.flwr_home), append=True)
+        wait_until(lambda: self.flwr("supernode", "list", self.connection, timeout=60).returncode == 0,
+                   self.superlink, self.workdir / "superlink.log", startup_seconds,
+                   f"SuperLink on 127.0.0.1:{self.port}", interval=0.5)
 
     def flwr(self, *args: str, timeout: float | None = 600, capture: bool = True) -> subprocess.CompletedProcess:
         """A ``flwr`` command against this deployment's connection."""
@@ -183,9 +219,9 @@ def deployment(workdir: Path, secure: bool = True, startup_seconds: float = 60) 
     (flwr_home / "config.toml").write_text(f'[superlink]\ndefault = "bouquet-deploy"\n\n[superlink.bouquet-deploy]\n'
                                            f'address = "127.0.0.1:{port}"\n{connection}')
     superlink = start(command, workdir / "superlink.log", offline_env(flwr_home))
-    deploy = Deployment(workdir, port, flwr_home, secure, superlink, certificates=certificates)
+    deploy = Deployment(workdir, port, flwr_home, secure, superlink, certificates=certificates, command=command)
     with ExitStack() as stack:
-        stack.callback(lambda: [stop(p) for p in [*deploy.supernodes.values(), superlink]])
+        stack.callback(lambda: [stop(p) for p in [*deploy.supernodes.values(), deploy.superlink]])
         wait_until(lambda: deploy.flwr("supernode", "list", deploy.connection, timeout=60).returncode == 0,
                    superlink, workdir / "superlink.log", startup_seconds, f"SuperLink on 127.0.0.1:{port}",
                    interval=0.5)

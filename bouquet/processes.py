@@ -62,6 +62,40 @@ def start(command: list[str], log: Path, env: dict[str, str], append: bool = Fal
         return subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def descendants(root: int) -> list[int]:
+    """PIDs of every process below ``root`` (children, grandchildren, ...), read from Linux ``/proc``.
+
+    Flower's SuperLink starts ``flower-superexec`` and it the ServerApp / simulation process, each detached
+    into its own session, so a process group does not reach them; their parent PIDs do.  Empty where there is
+    no ``/proc``.
+    """
+    parents: dict[int, int] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    below: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - below
+        below |= frontier
+    return sorted(below)
+
+
+def command_line(pid: int) -> str:
+    """The command line of ``pid`` (empty if it is gone or unreadable)."""
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def stop(process: subprocess.Popen, grace: float = 20) -> None:
     """Stop ``process`` and its process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
     if process.poll() is not None:

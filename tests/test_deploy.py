@@ -97,6 +97,55 @@ def test_deployed_attackers_are_drawn_flagged_and_measured(tmp_path):
     assert sorted(clients.loc[clients["attacker"].astype(bool), "partition-id"]) == summary["attackers"]
 
 
+def test_a_superlink_killed_mid_run_is_restarted_and_the_run_resumed_to_the_same_numbers(tmp_path):
+    """The whole SuperLink (with the ServerApp it runs) is SIGKILLed after round k while the SuperNodes stay
+    up; restarted on the same state database, the nodes reconnect and ``resume-from`` finishes the run with
+    the numbers of an uninterrupted run of the same seed on the same nodes."""
+    import threading
+
+    import numpy as np
+
+    from bouquet.launch import resume_overrides
+
+    rounds, k = 3, int(np.random.default_rng(7).integers(1, 3))
+    common = (f'num-server-rounds={rounds} clients-per-round=3 fraction-evaluate=0 {SMALL} seed=5 '
+              f'results-dir="{tmp_path / "results"}"')
+    with deployment(tmp_path, secure=False) as deploy:
+        for partition in range(3):
+            start_supernode(deploy, partition)
+        assert wait_for_nodes(deploy, 3) == 3
+        done = deploy.run(ROOT, run_config=f'{common} run-name="whole"')
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+
+        crashed = tmp_path / "results" / "crashed"
+        runner = threading.Thread(target=lambda: deploy.run(ROOT, run_config=f'{common} run-name="crashed"',
+                                                            timeout=900))
+        runner.start()
+        checkpoint = crashed / "checkpoints" / f"round-{k:04d}.npz"
+        deadline = time.monotonic() + 600
+        while not checkpoint.exists():
+            assert time.monotonic() < deadline and runner.is_alive(), f"no checkpoint of round {k}"
+            time.sleep(0.2)
+        deploy.restart_superlink(crash=True)
+        runner.join(timeout=300)
+        assert not (crashed / "summary.json").exists()
+        stale = deploy.unfinished_runs()  # the dead run is still "running" in the SuperLink's database, and its
+        assert len(stale) == 1            # pending messages would keep a node busy: stop it (docs/DEPLOY.md)
+        deploy.stop_run(stale[0])
+        assert wait_for_nodes(deploy, 3, timeout=180) == 3  # the nodes found the new SuperLink themselves
+        done = deploy.run(ROOT, run_config=resume_overrides(crashed))
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and (crashed / "summary.json").exists(), output[-4000:]
+    whole = tmp_path / "results" / "whole"
+    a, b = (json.loads((f / "summary.json").read_text()) for f in (whole, crashed))
+    assert b.pop("resumed-after-round") >= k
+    a.pop("wall-seconds"), b.pop("wall-seconds")
+    assert a == b
+    assert (whole / "predictions.csv").read_bytes() == (crashed / "predictions.csv").read_bytes()
+    lines = [json.loads(line) for line in (crashed / "rounds.jsonl").read_text().splitlines()]
+    assert [(r["round"], r["phase"]) for r in lines if r["phase"] == "train"] == [(r, "train") for r in (1, 2, 3)]
+
+
 def test_a_supernode_killed_mid_round_does_not_stop_the_run(tmp_path):
     """Node 2 dies while training round 1: the round completes with nodes 0 and 1 and the log names node 2."""
     import re

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from bouquet.launch import local_superlink, parse_overrides, resume_overrides
+from bouquet.processes import command_line, descendants
 from bouquet.results import RunFolder
 
 pytestmark = pytest.mark.e2e
@@ -35,24 +36,8 @@ def _table(folder, name):
 
 
 def _simulation_processes(root: int) -> list[int]:
-    """PIDs of the ``flwr-simulation`` processes (ServerApp + simulation engine) under the SuperLink ``root``
-    (SuperLink -> flower-superexec -> flwr-simulation, each detached into its own session, so they are found
-    through their parent PIDs in Linux /proc)."""
-    parents, commands = {}, {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    below, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - below
-        below |= frontier
-    return sorted(pid for pid in below if "flwr-simulation" in commands.get(pid, ""))
+    """The ``flwr-simulation`` processes (ServerApp + simulation engine) under the SuperLink ``root``."""
+    return [pid for pid in descendants(root) if "flwr-simulation" in command_line(pid)]
 
 
 def _kill_after_checkpoint(link, folder, k, run_config):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -85,8 +86,9 @@ def save_checkpoint(strategy: Any, result: Result, run_folder: str | Path, extra
 def restore(strategy: Any, grid: Grid, checkpoint: Checkpoint) -> Result:
     """Load ``checkpoint`` into ``strategy`` (same parts and parameters) once its nodes are connected.
 
-    Waits (the strategy's ``node-wait-seconds``) for as many nodes as the checkpointed run knew, asks the
-    new ones for their stable keys, and maps the checkpoint's nodes onto today's node ids.  A node of the
+    Waits (up to the strategy's ``node-wait-seconds``) until every node the checkpointed run knew is
+    connected again (asking each new node once for its stable key), and maps the checkpoint's nodes onto
+    today's node ids.  A node of the
     checkpoint that is not connected is an error (its coalition, its model or its selection history would
     be lost silently otherwise).
 
@@ -97,9 +99,14 @@ def restore(strategy: Any, grid: Grid, checkpoint: Checkpoint) -> Result:
     """
     meta = checkpoint.meta
     expected = int(meta.get("num-nodes", 0))
-    connected = strategy.nodes.connected(grid, checkpoint.server_round + 1, expected)
-    keys = {node: strategy.nodes.keys.get(node) for node in connected}
-    missing = missing_keys(meta["state"], keys)
+    deadline = time.monotonic() + max(strategy.nodes.wait_seconds, 1.0)
+    while True:  # after a SuperLink restart, dead registrations linger and nodes come back one by one
+        connected = strategy.nodes.connected(grid, checkpoint.server_round + 1, expected)
+        keys = {node: strategy.nodes.keys.get(node) for node in connected}
+        missing = missing_keys(meta["state"], keys)
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
     if missing:
         names = ", ".join(sorted(m.split(":", 1)[1] for m in missing)[:10])
         raise CheckpointError(f"{len(missing)} node(s) of the checkpointed run are not connected (stable keys: "
