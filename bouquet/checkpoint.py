@@ -33,9 +33,9 @@ import numpy as np
 
 from bouquet.params import require
 
-__all__ = ["CHECKPOINT_DIR", "RESUME_FREE_KEYS", "Checkpoint", "CheckpointError", "CheckpointParams", "check_resumable", "keys_to_nodes",
+__all__ = ["CHECKPOINT_DIR", "RESUME_FREE_KEYS", "Checkpoint", "CheckpointError", "CheckpointParams", "check_resumable", "join_arrays", "keys_to_nodes",
            "latest_checkpoint", "list_checkpoints", "missing_keys", "nodes_to_keys", "read_checkpoint", "rewind_files",
-           "snapshot_files", "write_checkpoint"]
+           "snapshot_files", "split_arrays", "write_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +254,46 @@ def _translate(value: Any, table: Mapping[Any, Any]) -> Any:
     if isinstance(value, int | str) and value in table:
         return table[value]
     return value
+
+
+#: Lists of at least this many floats in a JSON state are stored as arrays (sketches), not as JSON text.
+ARRAY_MIN_LENGTH = 32
+_ARRAY = "@array"
+
+
+def split_arrays(state: Any, min_length: int = ARRAY_MIN_LENGTH) -> tuple[Any, dict[str, np.ndarray]]:
+    """``state`` with each list of ``min_length`` or more floats replaced by ``{"@array": name}``, and the arrays.
+
+    JSON text of floats is ~20 bytes a number and slow to write and parse; a piggybacked sketch per node
+    is thousands of them.  The values come back bit for bit (float64).
+    """
+    arrays: dict[str, np.ndarray] = {}
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            if len(value) >= min_length and all(type(v) is float for v in value):
+                name = f"s{len(arrays)}"
+                arrays[name] = np.asarray(value, dtype=np.float64)
+                return {_ARRAY: name}
+            return [walk(v) for v in value]
+        return value
+
+    return walk(state), arrays
+
+
+def join_arrays(state: Any, arrays: Mapping[str, np.ndarray]) -> Any:
+    """The inverse of :func:`split_arrays`."""
+    if isinstance(state, dict):
+        if set(state) == {_ARRAY}:
+            if state[_ARRAY] not in arrays:
+                raise CheckpointError(f"the checkpoint lacks the state array {state[_ARRAY]!r}")
+            return arrays[state[_ARRAY]].tolist()
+        return {k: join_arrays(v, arrays) for k, v in state.items()}
+    if isinstance(state, list):
+        return [join_arrays(v, arrays) for v in state]
+    return state
 
 
 def nodes_to_keys(state: Any, keys: Mapping[int, Any]) -> Any:

@@ -18,11 +18,13 @@ from bouquet.checkpoint import (
     keys_to_nodes,
     latest_checkpoint,
     list_checkpoints,
+    join_arrays,
     missing_keys,
     nodes_to_keys,
     read_checkpoint,
     rewind_files,
     snapshot_files,
+    split_arrays,
     write_checkpoint,
 )
 from bouquet.params import ParamError
@@ -125,6 +127,19 @@ def test_node_ids_become_stable_keys_and_come_back_as_the_new_runs_ids():
     assert missing_keys(named, {55: 0}) == {"@node-text:1"}
     with pytest.raises(CheckpointError, match="no stable identity"):
         nodes_to_keys(state, {8_123_456_789_012: None})
+
+
+def test_long_float_lists_travel_as_arrays_bit_for_bit():
+    rng = np.random.default_rng(0)
+    sketch = rng.normal(size=40).tolist()
+    state = {"known": {"@node-text:1": {"values": sketch, "loss": 0.5}}, "short": [0.1, 0.2], "ids": list(range(50))}
+    plain, arrays = split_arrays(state)
+    assert plain["known"]["@node-text:1"]["values"] == {"@array": "s0"} and plain["short"] == [0.1, 0.2]
+    assert plain["ids"] == list(range(50)) and list(arrays) == ["s0"]  # integers stay JSON
+    back = join_arrays(json.loads(json.dumps(plain)), arrays)
+    assert back == state and all(a == b for a, b in zip(back["known"]["@node-text:1"]["values"], sketch))
+    with pytest.raises(CheckpointError, match="lacks the state array"):
+        join_arrays(plain, {})
 
 
 def test_resume_refuses_another_config_or_version_and_names_what_differs(tmp_path):

@@ -23,10 +23,12 @@ from flwr.serverapp.strategy import Result
 from bouquet.checkpoint import (
     Checkpoint,
     CheckpointError,
+    join_arrays,
     keys_to_nodes,
     missing_keys,
     nodes_to_keys,
     snapshot_files,
+    split_arrays,
     write_checkpoint,
 )
 from bouquet.strategies.arrays import to_numpy, to_record
@@ -36,6 +38,8 @@ __all__ = ["restore", "save_checkpoint"]
 
 log = logging.getLogger(__name__)
 
+_MODEL = "model:"  # checkpoint groups: "model:<store key>" per model, _STATE for the state's arrays
+_STATE = "state-arrays"
 _PHASES = ("train_metrics_clientapp", "evaluate_metrics_clientapp", "evaluate_metrics_serverapp")
 
 
@@ -75,11 +79,13 @@ def save_checkpoint(strategy: Any, result: Result, run_folder: str | Path, extra
     """
     state = strategy.state()
     keys = dict(strategy.nodes.keys)
-    named = nodes_to_keys({"store": state.store, "nodes": state.nodes, "sampler": state.sampler}, keys)
+    plain, state_arrays = split_arrays({"store": state.store, "nodes": state.nodes, "sampler": state.sampler})
+    named = nodes_to_keys(plain, keys)  # (sketches are arrays now, not JSON text: nothing to walk in them)
     json.dumps(named)  # a part whose state is not JSON-able fails here, before anything is written
     meta = {**extra, "seed": state.seed, "state": named, "result": _result_to_json(result),
             "files": snapshot_files(run_folder), "num-nodes": len(keys)}
-    models = {key: to_numpy(record) for key, record in state.models.items()}
+    models = {f"{_MODEL}{key}": to_numpy(record) for key, record in state.models.items()}
+    models[_STATE] = state_arrays
     return write_checkpoint(run_folder, state.server_round, meta, models, keep=keep)
 
 
@@ -111,8 +117,9 @@ def restore(strategy: Any, grid: Grid, checkpoint: Checkpoint) -> Result:
         names = ", ".join(sorted(m.split(":", 1)[1] for m in missing)[:10])
         raise CheckpointError(f"{len(missing)} node(s) of the checkpointed run are not connected (stable keys: "
                               f"{names}{', ...' if len(missing) > 10 else ''}); start them, then resume again")
-    state = keys_to_nodes(meta["state"], keys)
-    models = {key: to_record(arrays) for key, arrays in checkpoint.models.items()}
+    state = join_arrays(keys_to_nodes(meta["state"], keys), checkpoint.models.get(_STATE, {}))
+    models = {key.removeprefix(_MODEL): to_record(arrays) for key, arrays in checkpoint.models.items()
+              if key.startswith(_MODEL)}
     strategy.load_state(ServerState(server_round=checkpoint.server_round, seed=int(meta["seed"]), models=models,
                                     store=state["store"], nodes=state["nodes"], sampler=state["sampler"]))
     log.info("resumed from %s: round %d done, %d nodes mapped to this run's node ids", checkpoint.path,
