@@ -219,3 +219,28 @@ def test_a_resumed_strategy_with_new_node_ids_ends_where_the_uninterrupted_one_d
 
     with pytest.raises(CheckpointError, match="not connected"):
         restore(_strategy(wait=0.5), FakeGrid([901, 902], keys={901: 0, 902: 1}), checkpoint)
+
+
+def test_the_server_reopens_only_an_unfinished_run_with_a_matching_checkpoint(tmp_path):
+    from bouquet import __version__
+    from bouquet.config import AppConfig
+    from bouquet.server_app import _reopen
+
+    folder = tmp_path / "run"
+    original = AppConfig.from_run_config({"run-name": "run", "results-dir": str(tmp_path)})
+    recorder = RunRecorder(folder)
+    recorder.log_round(1, "train", {"loss": 1.0})
+    write_checkpoint(folder, 1, {"config": original.to_run_config(), "version": __version__,
+                                 "files": snapshot_files(folder)}, MODELS)
+    recorder.log_round(2, "train", {"loss": 0.5})  # written after the checkpoint: cut on resume
+    resume = AppConfig.from_run_config({"resume-from": str(folder)})
+    reopened, checkpoint = _reopen(resume)
+    assert reopened.folder == folder.resolve() and checkpoint.server_round == 1
+    assert [r["round"] for r in reopened.rounds()] == [1]
+    with pytest.raises(CheckpointError, match="hk-tau"):
+        _reopen(AppConfig.from_run_config({"resume-from": str(folder), "hk-tau": 0.5}))
+    with pytest.raises(CheckpointError, match="no run folder"):
+        _reopen(AppConfig.from_run_config({"resume-from": str(tmp_path / "absent")}))
+    (folder / "summary.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="finished run"):
+        _reopen(resume)

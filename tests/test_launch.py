@@ -43,3 +43,23 @@ def test_sigterm_to_the_owner_stops_its_superlink(tmp_path):
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def test_resume_reuses_the_folders_config_and_adds_resume_from(tmp_path):
+    import json
+
+    import pytest
+
+    from bouquet.config import AppConfig
+    from bouquet.launch import format_overrides, parse_overrides, resume_overrides
+
+    config = AppConfig.from_run_config({"hk-tau": 0.5, "run-name": "long", "data-path": "/x y/z.zip"}).to_run_config()
+    assert parse_overrides(format_overrides(config)) == config  # every key survives the trip through the CLI
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    resumed = parse_overrides(resume_overrides(tmp_path, "resume-allow-rounds=true num-server-rounds=30"))
+    assert resumed == {**config, "resume-from": str(tmp_path.resolve()), "resume-allow-rounds": True,
+                       "num-server-rounds": 30}
+    with pytest.raises(SystemExit, match="no config.json"):
+        resume_overrides(tmp_path / "absent")
+    with pytest.raises(ValueError, match="double quote"):
+        format_overrides({"run-name": 'a"b'})
