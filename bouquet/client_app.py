@@ -153,15 +153,17 @@ def train(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """Held-out MSE/MAE (scaled and in litres/day) of the received model; the final one adds forecasts."""
+    """Held-out MSE/MAE (scaled and in litres/day) of the received model; the final one adds the forecasts and
+    the naive forecasters' MAE on the same test windows (``naive-*``)."""
     config = AppConfig.from_run_config(context.run_config)
     task = node_task(config, context)
     model = _loaded(task, msg.content["arrays"])
     server_round = int(msg.content["config"].get("server-round", 0))
     rng = np.random.default_rng([config.sampling.seed, server_round, task.partition_id, 1])
-    content = RecordDict({"metrics": MetricRecord(task.evaluate(model, rng)),
-                          "info": _info(task, _attacker_flag(config, context, task))})
-    forecasts = task.forecasts(model) if msg.content["config"].get("final", False) else None
+    final = bool(msg.content["config"].get("final", False))
+    metrics = {**task.evaluate(model, rng), **(task.naive() if final else {})}  # naive baselines: final only
+    content = RecordDict({"metrics": MetricRecord(metrics), "info": _info(task, _attacker_flag(config, context, task))})
+    forecasts = task.forecasts(model) if final else None
     if forecasts is not None:
         content["predictions"] = ArrayRecord({name: Array(np.asarray(values)) for name, values in forecasts.items()})
     return Message(content, reply_to=msg)

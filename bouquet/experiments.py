@@ -16,7 +16,6 @@ runners in ``scripts/`` are thin front ends.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 import tomllib
@@ -25,19 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bouquet.launch import local_superlink, pool_size
+from bouquet.launch import local_superlink, pool_size, toml_value
 from bouquet.results import RunFolder
 
-__all__ = ["Job", "layered_run_config", "load_layer", "load_profile", "run_jobs", "toml_value"]
-
-
-def toml_value(value: Any) -> str:
-    """A Python value as a TOML value (for ``--run-config`` files)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)
-    return repr(value)
+__all__ = ["Job", "layered_run_config", "load_layer", "load_profile", "naive_client_errors", "naive_client_forecasts", "run_jobs", "toml_value"]
 
 
 def load_layer(root: Path, kind: str, name: str) -> dict[str, Any]:
@@ -137,3 +127,44 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
                   flush=True)
     print(f"finished in {time.time() - started_all:.0f} s; {failures} failed", flush=True)
     return failures
+
+
+def naive_client_errors(run: RunFolder) -> list[dict[str, Any]]:
+    """Each finally evaluated client's held-out MAE (L/day) under each naive forecaster of a water run.
+
+    Rows ``{"partition-id", "forecaster", "mae"}``: from the ``naive-*`` columns of ``clients.csv`` (runs since
+    the clients report them), else recomputed on the same test windows from the run's own data config
+    (:func:`bouquet.tasks.water.naive_errors`).  Empty for image runs.
+    """
+    from bouquet.tasks.water import NAIVE_FORECASTS, naive_errors, naive_metric
+
+    config = run.app_config()
+    if config.run.task != "water":
+        return []
+    clients = run.table("clients")
+    columns = {naive_metric(name): name for name in NAIVE_FORECASTS}
+    if set(columns) <= set(clients.columns):
+        return [{"partition-id": int(row["partition-id"]), "forecaster": name, "mae": float(row[column])}
+                for _, row in clients.iterrows() for column, name in columns.items()]
+    from bouquet.data.water import load_pool
+
+    pool = load_pool(config.water_data)
+    return [{"partition-id": index, "forecaster": name, "mae": mae}
+            for index in sorted(int(p) for p in clients["partition-id"].unique())
+            for name, mae in naive_errors(pool.client(index, config.water_data)).items()]
+
+
+def naive_client_forecasts(run: RunFolder, partition_id: int, forecaster: str) -> dict[str, Any]:
+    """One client's test-day forecasts in litres by one naive forecaster: ``{"day": [...], "litres": [...]}``
+    (days as ``YYYY-MM-DD`` text, as in ``predictions.csv``), from the run's own data config."""
+    import numpy as np
+
+    from bouquet.data.water import load_pool
+    from bouquet.tasks.water import naive_forecasts
+
+    config = run.app_config()
+    windows = load_pool(config.water_data).client(partition_id, config.water_data)
+    train_mean = float(np.mean(windows.y_train, dtype=np.float64)) if len(windows.y_train) else None
+    forecast = naive_forecasts(windows.x_test, train_mean)[forecaster]
+    return {"day": windows.test_days.astype("datetime64[D]").astype(str).tolist(),
+            "litres": windows.to_litres(forecast).tolist()}

@@ -101,22 +101,25 @@ def parse_overrides(text: str) -> dict:
     return tomllib.loads("\n".join(f"{key} = {value}" for key, value in pairs))
 
 
-def format_overrides(values: dict) -> str:
-    """The inverse of :func:`parse_overrides`: ``values`` as a ``--run-config`` string (TOML scalars)."""
+def toml_value(value: object) -> str:
+    """A Python scalar as a TOML value (for ``--run-config`` strings and files)."""
     import json
 
-    def scalar(value: object) -> str:
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, str):
-            if '"' in value:
-                raise ValueError(f"a run-config string cannot hold a double quote: {value!r}")
-            return f'"{value}"'
-        if isinstance(value, int | float):
-            return json.dumps(value)
-        raise ValueError(f"not a run-config scalar: {value!r}")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return repr(value)
+    raise ValueError(f"not a run-config scalar: {value!r}")
 
-    return " ".join(f"{key}={scalar(value)}" for key, value in values.items())
+
+def format_overrides(values: dict) -> str:
+    """The inverse of :func:`parse_overrides`: ``values`` as a ``--run-config`` string (TOML scalars)."""
+    quoted = [k for k, v in values.items() if isinstance(v, str) and '"' in v]
+    if quoted:
+        raise ValueError(f"a run-config string cannot hold a double quote: {', '.join(quoted)}")
+    return " ".join(f"{key}={toml_value(value)}" for key, value in values.items())
 
 
 def resume_overrides(folder: Path, run_config: str = "") -> str:

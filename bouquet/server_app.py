@@ -58,7 +58,7 @@ from bouquet.strategies.sampling import Sampler, UniformSampler
 from bouquet.strategies.selection import SketchSelection
 from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.tasks.vision import accuracy, batch_indices, make_model
-from bouquet.tasks.water import LSTMForecaster
+from bouquet.tasks.water import NAIVE_FORECASTS, LSTMForecaster, naive_metric
 
 __all__ = ["app", "build_strategy", "evaluate_every_node"]
 
@@ -217,6 +217,33 @@ def _selection_summary(config: AppConfig, strategy: BouquetStrategy) -> dict[str
     return summary
 
 
+def naive_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The naive forecasters beside the model (water): their mean MAE over the same clients and test windows,
+    the best of them, the model's skill (1 - MAE / best naive MAE) and the share of households whose own
+    forecast beats their own best naive forecast.  Empty when the clients reported no ``naive-*`` metric."""
+    names = sorted({k for r in rows for k in r if k.startswith("naive-")})
+    usable = [r for r in rows if all(k in r for k in names)]
+    if not names or not usable:
+        return {}
+    label = {naive_metric(n): n for n in NAIVE_FORECASTS}
+    naive = {label.get(name, name): float(np.mean([r[name] for r in usable])) for name in names}
+    best = min(naive, key=naive.get)
+    mae = np.array([float(r["mae-litres"]) for r in usable])
+    own_best = np.array([min(float(r[name]) for name in names) for r in usable])
+    return {"naive-mae-litres": naive, "best-naive": best, "best-naive-mae-litres": naive[best],
+            "skill-vs-best-naive": float(1 - mae.mean() / naive[best]) if naive[best] > 0 else None,
+            "households-beating-own-best-naive": float(np.mean(mae < own_best))}
+
+
+def _naive_text(summary: dict[str, Any]) -> str:
+    """`` (window mean: 166.30 L/day, the best naive forecast; skill -6.6 %)`` for the console line."""
+    if "best-naive" not in summary:
+        return ""
+    skill = summary["skill-vs-best-naive"]
+    return (f" ({summary['best-naive']}: {summary['best-naive-mae-litres']:.2f} L/day, the best "
+            f"naive forecast; skill {100 * skill:+.1f} %)" if skill is not None else "")
+
+
 def _resume_summary(checkpoint: Checkpoint | None) -> dict[str, Any]:
     """``resumed-after-round`` in a resumed run's summary (the last resume, if several)."""
     return {} if checkpoint is None else {"resumed-after-round": checkpoint.server_round}
@@ -359,14 +386,15 @@ def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: fl
         "mae-litres-mean": float(mae.mean()) if len(mae) else None,
         "mae-litres-std": float(mae.std()) if len(mae) else None,
         "mse-mean": float(mse.mean()) if len(mse) else None,
+        **naive_summary(rows),
         **_selection_summary(config, strategy), **_resume_summary(checkpoint),
         **_attack_summary(config, rows, "mae-litres"),
         "wall-seconds": time.time() - started,
     }
     recorder.write_json("summary.json", summary)
     if len(rows):
-        log.info("bouquet summary: %s, %d rounds, %d clients: MAE %.2f +- %.2f L/day, MSE %.4f (scaled); %s",
-                 run.strategy, run.num_server_rounds, len(rows), mae.mean(), mae.std(), mse.mean(),
-                 recorder.folder)
+        log.info("bouquet summary: %s, %d rounds, %d clients: MAE %.2f +- %.2f L/day%s, MSE %.4f (scaled); %s",
+                 run.strategy, run.num_server_rounds, len(rows), mae.mean(), mae.std(), _naive_text(summary),
+                 mse.mean(), recorder.folder)
     else:
         log.warning("bouquet summary: no client answered the final evaluation; %s", recorder.folder)

@@ -12,6 +12,8 @@ every client when nobody attacks).  Writes:
   shared model (``attacker-share`` of each round: :func:`bouquet.algorithms.attacks.attacker_share`, mean over
   rounds and seeds, in %), and for Krum, MultiKrum and Bulyan the share of the models they kept that came
   from attackers;
+* on water, the naive forecasters (``naive: <forecaster>``: every client of the first run, the same test
+  windows; :func:`bouquet.experiments.naive_client_errors`) as rows of the table;
 * ``error_vs_fraction``: per attack, the error against the attacker fraction, one line per arm;
 * ``change_vs_fraction``: the same as the change against each arm's own no-attack error.
 """
@@ -28,6 +30,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from bouquet.experiments import naive_client_errors
 from bouquet.results import find_runs, markdown_table
 
 #: The arm that drops the attackers' replies (``attack-oracle``): the floor a perfect defence reaches.
@@ -114,14 +117,22 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     runs = load(base)
     summary = table(runs)
-    summary.to_csv(out / "table.csv", index=False)
-    (out / "table.md").write_text(markdown_table(summary))
+    first = find_runs(base, "*/*/seed-*")[0]
+    naive = pd.DataFrame(naive_client_errors(first))  # water: the naive forecasters beside every arm
+    printed = summary
+    if len(naive):
+        rows = naive.groupby("forecaster")["mae"].mean()
+        printed = pd.concat([summary, pd.DataFrame({"arm": [f"naive: {n}" for n in rows.index], "attack": "none",
+                                                    "fraction": 0.0, "seeds": 0, "error": rows.to_numpy()})],
+                            ignore_index=True)
+    printed.to_csv(out / "table.csv", index=False)
+    (out / "table.md").write_text(markdown_table(printed))
     vision = runs["error"].max() <= 100 and "digits" in base.name
     unit = "error (%)" if vision else "MAE (L/day)"
     lines(runs, summary, "error", f"honest clients' {unit}", out, "error_vs_fraction")
     lines(runs, summary, "change (%)", "change vs no attack (%)", out, "change_vs_fraction")
     lines(runs, summary, "attackers' share (%)", "attackers' share of the shared model (%)", out, "share_vs_fraction")
-    print(markdown_table(summary))
+    print(markdown_table(printed))
     print(f"\nfigures and tables in {out}")
     return 0
 

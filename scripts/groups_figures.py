@@ -38,6 +38,7 @@ plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.cm.tab20.colors)  # > 10 
 import pandas as pd
 
 from bouquet.algorithms.groups import stability
+from bouquet.experiments import naive_client_errors
 from bouquet.results import RunFolder, find_runs, markdown_table
 
 #: Rows of the naive forecasters are named ``naive: <forecaster>`` (water benchmarks only).
@@ -79,21 +80,20 @@ def naive_errors_frame(runs: dict[str, list[RunFolder]], clients: pd.Series) -> 
     """Water benchmarks: each evaluated client's held-out MAE under the naive forecasters (empty for images).
 
     The data are those of the first run (every arm of a study shares them); the same test windows as the
-    federated models' evaluation.
+    federated models' evaluation (:func:`bouquet.experiments.naive_client_errors`).
     """
     from bouquet.data.water import load_pool
-    from bouquet.tasks.water import naive_errors
 
-    config = next(iter(runs.values()))[0].app_config()
-    if config.run.task != "water":
+    first = next(iter(runs.values()))[0]
+    wanted = {int(c) for c in clients.unique()}
+    errors = [e for e in naive_client_errors(first) if e["partition-id"] in wanted]
+    if not errors:
         return pd.DataFrame(columns=["arm", "seed", "partition-id", "group", "model", "error"])
+    config = first.app_config()
     pool = load_pool(config.water_data)
-    rows = []
-    for index in sorted(int(c) for c in clients.unique()):
-        for name, mae in naive_errors(pool.client(index, config.water_data)).items():
-            rows.append({"arm": NAIVE + name, "seed": "-", "partition-id": index,
-                         "group": pool.group_of(index) or None, "model": "none", "error": mae})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"arm": NAIVE + e["forecaster"], "seed": "-", "partition-id": e["partition-id"],
+                          "group": pool.group_of(e["partition-id"]) or None, "model": "none", "error": e["mae"]}
+                         for e in errors])
 
 
 def round_records(runs: dict[str, list[RunFolder]]) -> pd.DataFrame:

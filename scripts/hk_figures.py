@@ -15,9 +15,11 @@ Reads the run folders written by ``scripts/run_hk_experiments.py``
 * ``final_mae``: final MAE in litres/day, mean +- std across clients (averaged
   over seeds) and mean +- std across seeds, and the final scaled MSE (mean over
   all clients, the final model evaluated on every node), per arm (Fig. 6 /
-  Table 4), also as ``final_mae.md``;
+  Table 4), also as ``final_mae.md``, with the naive forecasters as rows (``naive: <forecaster>``, on the
+  same clients and test windows: :func:`bouquet.experiments.naive_client_errors`) and each row's skill
+  (1 - MAE / the best naive forecaster's MAE);
 * ``forecasts``: 60 test days of actual vs predicted daily litres for three
-  households, every arm overlaid, seed 0 (Fig. 7);
+  households, every arm overlaid, seed 0 (Fig. 7), with the study's best naive forecaster dotted;
 * ``coalitions_per_round``: K^t per round for each coalition arm;
 * ``trajectories``: HK opinion trajectories over inner steps for each HK arm
   (first principal axis of the round's models vs inner step, coloured by final
@@ -38,6 +40,7 @@ plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.cm.tab20.colors)  # > 10 
 import numpy as np
 import pandas as pd
 
+from bouquet.experiments import naive_client_errors, naive_client_forecasts
 from bouquet.results import RunFolder, find_runs
 
 Runs = dict[str, list[RunFolder]]
@@ -113,10 +116,19 @@ def final_mae(runs: Runs) -> pd.DataFrame:
                      "mae_std_across_seeds": float(np.std(client_means, ddof=1)) if len(folders) > 1 else float("nan"),
                      "final_mse": float(np.mean(final_mse)),
                      "final_mse_std_across_seeds": float(np.std(final_mse, ddof=1)) if len(folders) > 1 else float("nan")})
-    return pd.DataFrame(rows).sort_values("mae_mean").reset_index(drop=True)
+    naive = pd.DataFrame(naive_client_errors(next(iter(runs.values()))[0]))  # the same data for every arm
+    for name, group in (naive.groupby("forecaster") if len(naive) else []):
+        rows.append({"arm": f"naive: {name}", "seeds": 0, "mae_mean": float(group["mae"].mean()),
+                     "mae_std_across_clients": float(group["mae"].std(ddof=0)), "mae_std_across_seeds": float("nan"),
+                     "final_mse": float("nan"), "final_mse_std_across_seeds": float("nan")})
+    table = pd.DataFrame(rows)
+    best = table.loc[table["arm"].str.startswith("naive: "), "mae_mean"].min() if len(naive) else float("nan")
+    table["skill"] = 1 - table["mae_mean"] / best  # against the best naive forecaster (NaN for images)
+    return table.sort_values("mae_mean").reset_index(drop=True)
 
 
-def forecasts(runs: Runs, out: Path, days: int = 60) -> None:
+def forecasts(runs: Runs, out: Path, days: int = 60, naive: str | None = None) -> None:
+    """Forecast plot; ``naive`` names the naive forecaster drawn dotted beside the arms (the study's best)."""
     frames = []
     for arm, folders in runs.items():
         seed0 = [r for r in folders if r.path.name == "seed-0"] or folders[:1]
@@ -127,6 +139,14 @@ def forecasts(runs: Runs, out: Path, days: int = 60) -> None:
     households = sorted(days_per_household.index, key=lambda h: (-days_per_household[h], h))[:3]  # longest tests
     table = table[table["household"].isin(households)]
     table = table.sort_values(["household", "arm", "day"]).groupby(["household", "arm"]).head(days)
+    if naive is not None:  # the best naive forecaster's line, on the same days
+        first = next(iter(runs.values()))[0]
+        for household in households:
+            mine = table[table["household"] == household].drop_duplicates("day")
+            line = pd.DataFrame(naive_client_forecasts(first, int(mine["partition-id"].iloc[0]), naive))
+            line = mine[["partition-id", "household", "day", "actual-litres"]].merge(line, on="day")
+            table = pd.concat([table, line.rename(columns={"litres": "predicted-litres"}).assign(
+                arm=f"naive: {naive}")], ignore_index=True)
     table.to_csv(out / "forecasts.csv", index=False)
     fig, axes = plt.subplots(len(households), 1, figsize=(10, 3 * len(households)), squeeze=False)
     for ax, household in zip(axes[:, 0], households):
@@ -134,8 +154,9 @@ def forecasts(runs: Runs, out: Path, days: int = 60) -> None:
         actual = mine.drop_duplicates("day")
         ax.plot(range(len(actual)), actual["actual-litres"], color="black", linewidth=2, label="actual")
         for arm, group in mine.groupby("arm"):
-            ax.plot(range(len(group)), group["predicted-litres"], linewidth=1, label=arm,
-                    linestyle="-" if arm.startswith("hk-") else "--")
+            ax.plot(range(len(group)), group["predicted-litres"], linewidth=1.5 if arm.startswith("naive") else 1,
+                    label=arm, linestyle=":" if arm.startswith("naive") else "-" if arm.startswith("hk-") else "--",
+                    color="black" if arm.startswith("naive") else None)
         ax.set_title(f"household {household[:8]}")
         ax.set_ylabel("litres/day")
     axes[-1, 0].set_xlabel("test day")
@@ -198,15 +219,16 @@ def main(argv: list[str] | None = None) -> None:
     table = final_mae(runs)
     table.to_csv(out / "final_mae.csv", index=False)
     lines = [("| method | seeds | final MAE (L/day), mean +- std across clients | MAE std across seeds | "
-              "final MSE (scaled), mean over clients +- std across seeds |"),
-             "|---|--:|--:|--:|--:|"]
-    lines += [f"| {r.arm} | {r.seeds} | {r.mae_mean:.2f} +- {r.mae_std_across_clients:.2f} | "
-              f"{r.mae_std_across_seeds:.2f} | {r.final_mse:.4f} +- {r.final_mse_std_across_seeds:.4f} |"
-              for r in table.itertuples()]
+              "final MSE (scaled), mean over clients +- std across seeds | skill vs best naive |"),
+             "|---|--:|--:|--:|--:|--:|"]
+    lines += [f"| {r.arm} | {r.seeds or '-'} | {r.mae_mean:.2f} +- {r.mae_std_across_clients:.2f} | "
+              f"{r.mae_std_across_seeds:.2f} | {r.final_mse:.4f} +- {r.final_mse_std_across_seeds:.4f} | "
+              f"{100 * r.skill:+.1f} % |" for r in table.itertuples()]
     (out / "final_mae.md").write_text("\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.bar(table["arm"], table["mae_mean"], yerr=table["mae_std_across_clients"], capsize=3,
-           color=["tab:blue" if a.startswith("hk-") else "tab:gray" for a in table["arm"]])
+           color=["tab:blue" if a.startswith("hk-") else "tab:orange" if a.startswith("naive: ") else "tab:gray"
+                  for a in table["arm"]])
     ax.set_ylabel("final MAE (litres/day)")
     ax.set_title("Final MAE, mean +- std across clients (Fig. 6)")
     ax.tick_params(axis="x", rotation=60, labelsize=7)
@@ -217,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     coalitions = per_round(rounds, "coalitions", "train")
     coalitions.to_csv(out / "coalitions_per_round.csv", index=False)
     line_plot(coalitions, "coalitions K^t", "Number of coalitions per round", out / "coalitions_per_round.png")
-    forecasts(runs, out)
+    naive = table.loc[table["arm"].str.startswith("naive: ")].sort_values("mae_mean")["arm"]
+    forecasts(runs, out, naive=naive.iloc[0].removeprefix("naive: ") if len(naive) else None)
     trajectories(runs, out)
     print("\n".join(lines))
     print(f"figures and CSVs in {out}")

@@ -28,8 +28,14 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray
         assert (tmp_path / "fig" / f"{name}.png").stat().st_size > 1000, name
         assert len(pd.read_csv(tmp_path / "fig" / f"{name}.csv")) > 0, name
     table = pd.read_csv(tmp_path / "fig" / "final_mae.csv")
-    assert set(table["arm"]) == {"fedavg", "hk-cosine-0.75"}
+    naive = {"naive: last value", "naive: same day last week", "naive: window mean", "naive: train-days mean"}
+    assert set(table["arm"]) == {"fedavg", "hk-cosine-0.75"} | naive  # the naive forecasters beside every method
+    best = table.loc[table["arm"].isin(naive), "mae_mean"].min()
+    fedavg = table.set_index("arm").loc["fedavg"]
+    assert fedavg["skill"] == pytest.approx(1 - fedavg["mae_mean"] / best)
     assert "| fedavg | 1 |" in (tmp_path / "fig" / "final_mae.md").read_text()
+    forecasts = pd.read_csv(tmp_path / "fig" / "forecasts.csv")
+    assert forecasts["arm"].str.startswith("naive: ").any()  # the best naive line is drawn
 
 
 def test_unknown_arm_is_a_clear_error(tmp_path):

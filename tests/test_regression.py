@@ -63,6 +63,15 @@ def _check_results_folder(folder, stdout, strategy, rounds, clients):
                                final.sort_values("partition-id")["mae-litres"].to_numpy(), rtol=1e-6)
     assert run.summary()["clients-evaluated"] == clients
     assert run.summary()["mae-litres-mean"] == pytest.approx(final["mae-litres"].mean())
+    # the naive forecasters beside the model, on the same clients and test windows
+    naive = run.summary()["naive-mae-litres"]
+    assert set(naive) == {"last value", "same day last week", "window mean", "train-days mean"}
+    for name, value in naive.items():
+        assert value == pytest.approx(final["naive-" + name.replace(" ", "-")].mean())
+    best = run.summary()["best-naive"]
+    assert naive[best] == min(naive.values())
+    assert run.summary()["skill-vs-best-naive"] == pytest.approx(1 - final["mae-litres"].mean() / naive[best])
+    assert f"({best}: {naive[best]:.2f} L/day, the best naive forecast; skill" in stdout
 
 
 @pytest.mark.parametrize("extra, reference", [

@@ -144,6 +144,7 @@ def test_naive_forecasts_hand_case():
     assert out["same day last week"].tolist() == [5.0, 17.0]  # 7 days before the target: index 12 - 7
     assert out["window mean"].tolist() == [5.5, 17.5]
     assert "same day last week" not in naive_forecasts(x[:, :6])  # a 6-day look-back has no last week
+    assert "train-days mean" not in out and naive_forecasts(x, 3.0)["train-days mean"].tolist() == [3.0, 3.0]
     with pytest.raises(ValueError, match="lookback"):
         naive_forecasts(x[:, :, 0])
 
@@ -160,3 +161,19 @@ def test_naive_errors_are_litre_maes_through_the_scaler():
     errors = naive_errors(windows)
     assert errors["last value"] == pytest.approx(100 * 0.1 / 3)  # only the third misses, by 0.1 scaled
     assert errors["window mean"] == pytest.approx(100 * np.mean(np.abs(x[:, :, 0].mean(axis=1) - y)), rel=1e-6)
+    # train-days mean: the constant mean of the training targets, (0.1 + 0.2 + 0.4) / 3 scaled
+    assert errors["train-days mean"] == pytest.approx(100 * np.mean(np.abs(0.7 / 3 - y)), rel=1e-6)
+
+
+def test_the_summary_puts_the_naive_forecasters_beside_the_model():
+    from bouquet.server_app import _naive_text, naive_summary
+
+    rows = [{"mae-litres": 10.0, "naive-last-value": 12.0, "naive-window-mean": 8.0},
+            {"mae-litres": 20.0, "naive-last-value": 30.0, "naive-window-mean": 25.0}]
+    summary = naive_summary(rows)
+    assert summary["naive-mae-litres"] == {"last value": 21.0, "window mean": 16.5}
+    assert summary["best-naive"] == "window mean" and summary["best-naive-mae-litres"] == 16.5
+    assert summary["skill-vs-best-naive"] == pytest.approx(1 - 15.0 / 16.5)
+    assert summary["households-beating-own-best-naive"] == 0.5  # 10 > 8, 20 < 25
+    assert _naive_text(summary) == " (window mean: 16.50 L/day, the best naive forecast; skill +9.1 %)"
+    assert naive_summary([{"mae-litres": 1.0}]) == {} and _naive_text({}) == ""

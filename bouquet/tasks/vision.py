@@ -295,6 +295,10 @@ class VisionTask:
     def forecasts(self, model: nn.Module) -> dict[str, np.ndarray] | None:
         return None
 
+    def naive(self) -> dict[str, float]:
+        """No naive baseline is reported for images (chance is 1 / classes)."""
+        return {}
+
     def poisoned(self, attack: str, scale: float) -> VisionTask:
         """This client with its training labels flipped (``label-flip``: ``y -> C - 1 - y``); tests unchanged."""
         if attack != "label-flip":

@@ -22,7 +22,7 @@ from bouquet.tasks.params import LSTMParams, PerFedAvgSettings, TrainSettings
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
 
 __all__ = ["NAIVE_FORECASTS", "LSTMForecaster", "TrainSettings", "WaterTask", "evaluate_windows", "naive_errors",
-           "naive_forecasts", "node_windows", "predict", "proximal_penalty", "train_windows"]
+           "naive_forecasts", "naive_metric", "node_windows", "predict", "proximal_penalty", "train_windows"]
 
 
 class LSTMForecaster(nn.Module):
@@ -110,15 +110,16 @@ def evaluate_windows(model: nn.Module, windows: ClientWindows) -> dict[str, floa
 
 
 #: The naive forecasters every water result is reported beside (no training, no federation).
-NAIVE_FORECASTS = ("last value", "same day last week", "window mean")
+NAIVE_FORECASTS = ("last value", "same day last week", "window mean", "train-days mean")
 
 
-def naive_forecasts(x: np.ndarray) -> dict[str, np.ndarray]:
+def naive_forecasts(x: np.ndarray, train_mean: float | None = None) -> dict[str, np.ndarray]:
     """Next-day forecasts from the look-back windows alone (scaled units, like the model's).
 
     ``last value``: yesterday's use; ``same day last week``: the use 7 days before the target (needs a
-    look-back of at least 7); ``window mean``: the mean of the look-back (12 days by default).  The
-    scaler is affine, so these are the litre forecasts scaled.
+    look-back of at least 7); ``window mean``: the mean of the look-back (12 days by default);
+    ``train-days mean``: the constant ``train_mean`` (the household's mean over its training targets),
+    when given.  The scaler is affine, so these are the litre forecasts scaled.
     """
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 3 or x.shape[1] < 1:
@@ -126,14 +127,22 @@ def naive_forecasts(x: np.ndarray) -> dict[str, np.ndarray]:
     out = {"last value": x[:, -1, 0], "window mean": x[:, :, 0].mean(axis=1)}
     if x.shape[1] >= 7:
         out["same day last week"] = x[:, -7, 0]
+    if train_mean is not None:
+        out["train-days mean"] = np.full(len(x), float(train_mean))
     return out
 
 
 def naive_errors(windows: ClientWindows) -> dict[str, float]:
     """Held-out MAE in litres/day of each :func:`naive_forecasts` on the test windows."""
     litres = windows.to_litres(windows.y_test)
+    train_mean = float(np.mean(windows.y_train, dtype=np.float64)) if len(windows.y_train) else None
     return {name: float(np.mean(np.abs(windows.to_litres(forecast) - litres)))
-            for name, forecast in naive_forecasts(windows.x_test).items()}
+            for name, forecast in naive_forecasts(windows.x_test, train_mean).items()}
+
+
+def naive_metric(name: str) -> str:
+    """The MetricRecord key of a naive forecaster's MAE (``naive-window-mean`` for ``window mean``)."""
+    return "naive-" + name.replace(" ", "-")
 
 
 @functools.lru_cache(maxsize=8)
@@ -215,6 +224,10 @@ class WaterTask:
             raise ValueError(f"the water task's data attack is 'target-shift', got {attack!r}")
         shifted = (self.windows.y_train + scale).astype(self.windows.y_train.dtype)
         return dataclasses.replace(self, windows=dataclasses.replace(self.windows, y_train=shifted))
+
+    def naive(self) -> dict[str, float]:
+        """Held-out MAE (litres/day) of each naive forecaster, keyed as metrics (:func:`naive_metric`)."""
+        return {naive_metric(name): mae for name, mae in naive_errors(self.windows).items()}
 
     def forecasts(self, model: nn.Module) -> dict[str, np.ndarray]:
         """Every test day's actual and predicted litres (days as int64 day numbers)."""
