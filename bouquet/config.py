@@ -183,7 +183,7 @@ _SECTIONS = (
     _Section("perfedavg", PerFedAvgSettings, prefix="perfedavg-", skip=("variant",)),
     _Section("water_data", WaterDataConfig, rename={"source": "data-source", "path": "data-path"},
              skip=("synthetic", "cleaning")),
-    _Section("water_model", LSTMParams),
+    _Section("water_model", LSTMParams, rename={"baseline": "forecast-baseline"}),
     _Section("water_train", TrainSettings, rename={"epochs": "local-epochs"}),
     _Section("vision_data", VisionDataConfig,
              rename={"dataset": "vision-dataset", "path": "vision-data-path", "partitioner": "vision-partitioner",

@@ -373,7 +373,7 @@ def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: fl
     if checkpoint is None:
         _write_pool(config, recorder)
     torch.manual_seed(config.sampling.seed)
-    new_model = lambda: LSTMForecaster(config.water_model.hidden_size, config.water_model.num_layers)
+    new_model = lambda: LSTMForecaster.from_params(config.water_model)
     initial = ArrayRecord(new_model().state_dict())
     strategy = build_strategy(config, recorder, _cluster_models(config, new_model))
     _start(strategy, grid, config, recorder, initial, checkpoint)

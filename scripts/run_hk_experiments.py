@@ -3,9 +3,10 @@
     python scripts/run_hk_experiments.py --data daiad --profile quick --seeds 0 1 2
     python scripts/run_hk_experiments.py --data synthetic --profile paper --arms fedavg,hk-cosine-0.75
 
-Arms are ``experiments/hk/arms/*.toml``, profiles ``experiments/hk/profiles/*.toml``
-and datasets ``experiments/hk/data/*.toml``; each is a set of run-config keys,
-layered data < profile < arm < seed.  Every run is a real ``flwr run`` of this
+Arms are ``experiments/hk/arms/*.toml``, profiles ``experiments/hk/profiles/*.toml``,
+datasets ``experiments/hk/data/*.toml`` and forecasters ``experiments/hk/forecasters/*.toml``
+(``--forecaster``, default ``paper``; another one's results go to ``<data>-<profile>-<forecaster>``);
+each is a set of run-config keys, layered data < profile < forecaster < arm < seed.  Every run is a real ``flwr run`` of this
 app in simulation, against one private SuperLink on 127.0.0.1 (started and
 stopped here), with one SuperNode per household of the pool.  A run whose
 folder holds ``summary.json`` is skipped; an unfinished folder is removed and
@@ -25,8 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments" / "hk"
 
 
-def run_config(data: str, profile: str, arm: str, seed: int) -> dict:
-    layers = layered_run_config(EXPERIMENTS, [("data", data), ("profiles", profile), ("arms", arm)], ROOT)
+def run_config(data: str, profile: str, arm: str, seed: int, forecaster: str = "paper") -> dict:
+    layers = layered_run_config(EXPERIMENTS, [("data", data), ("profiles", profile), ("forecasters", forecaster),
+                                              ("arms", arm)], ROOT)
     return {**layers, "seed": seed}
 
 
@@ -35,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default="daiad", help="experiments/hk/data/<name>.toml")
     parser.add_argument("--profile", default="quick", help="experiments/hk/profiles/<name>.toml")
     parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all'")
+    parser.add_argument("--forecaster", default="paper", help="experiments/hk/forecasters/<name>.toml")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default="results/hk")
     parser.add_argument("--ray-address", default=None,
@@ -47,15 +50,17 @@ def main(argv: list[str] | None = None) -> int:
         else args.arms.split(",")
     for arm in arms:
         load_layer(EXPERIMENTS, "arms", arm)
-    base = Path(args.out).resolve() / f"{args.data}-{args.profile}"
-    data_layer = run_config(args.data, args.profile, arms[0], 0)
+    load_layer(EXPERIMENTS, "forecasters", args.forecaster)
+    suffix = "" if args.forecaster == "paper" else f"-{args.forecaster}"
+    base = Path(args.out).resolve() / f"{args.data}-{args.profile}{suffix}"
+    data_layer = run_config(args.data, args.profile, arms[0], 0, args.forecaster)
     data_path = data_layer.get("data-path")
     if data_layer.get("data-source") == "daiad" and not Path(data_path).exists():
         raise SystemExit(f"DAIAD data file not found: {data_path}")
     overrides = " ".join(f"{k}={toml_value(v)}" for k, v in data_layer.items() if k not in ("seed", "strategy"))
     supernodes = pool_size(ROOT, overrides) if args.supernodes is None else args.supernodes
-    jobs = [Job(f"{arm} seed {seed}", run_config(args.data, args.profile, arm, seed), base / arm / f"seed-{seed}",
-                supernodes) for arm in arms for seed in args.seeds]
+    jobs = [Job(f"{arm} seed {seed}", run_config(args.data, args.profile, arm, seed, args.forecaster),
+                base / arm / f"seed-{seed}", supernodes) for arm in arms for seed in args.seeds]
     print(f"{len(arms)} arms x {len(args.seeds)} seeds; {supernodes} SuperNodes; results in {base}", flush=True)
     failures = run_jobs(ROOT, jobs, base / ".superlink",
                         lambda s: f"MAE {s['mae-litres-mean']:.2f} +- {s['mae-litres-std']:.2f} L/day",

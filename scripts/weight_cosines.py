@@ -45,11 +45,11 @@ def main() -> None:
         data = config.water_data
         pool = load_pool(data)
         torch.manual_seed(config.sampling.seed)
-        global_model = LSTMForecaster(config.water_model.hidden_size, config.water_model.num_layers)
+        global_model = LSTMForecaster.from_params(config.water_model)
         theta = flat(global_model)
         rows = []
         for partition in range(min(args.clients, len(pool))):
-            local = LSTMForecaster(config.water_model.hidden_size, config.water_model.num_layers)
+            local = LSTMForecaster.from_params(config.water_model)
             local.load_state_dict(global_model.state_dict())
             train_windows(local, pool.client(partition, data), config.water_train,
                           np.random.default_rng([config.sampling.seed, 1, partition]))

@@ -177,3 +177,27 @@ def test_the_summary_puts_the_naive_forecasters_beside_the_model():
     assert summary["households-beating-own-best-naive"] == 0.5  # 10 > 8, 20 < 25
     assert _naive_text(summary) == " (window mean: 16.50 L/day, the best naive forecast; skill +9.1 %)"
     assert naive_summary([{"mae-litres": 1.0}]) == {} and _naive_text({}) == ""
+
+
+def test_window_mean_baseline_starts_as_the_naive_forecaster_and_learns_the_rest():
+    import torch
+
+    from bouquet.config import AppConfig, ConfigError
+    from bouquet.tasks.water import LSTMForecaster, naive_forecasts, predict
+
+    x = np.random.default_rng(0).uniform(0, 1, size=(5, 12, 1)).astype(np.float32)
+    torch.manual_seed(3)
+    paper = LSTMForecaster(8, 1)
+    torch.manual_seed(3)
+    residual = LSTMForecaster(8, 1, baseline="window-mean")
+    for name, value in paper.state_dict().items():  # the same draws: only the output layer is zeroed
+        if not name.startswith("head."):
+            assert torch.equal(value, residual.state_dict()[name])
+    np.testing.assert_allclose(predict(residual, x), naive_forecasts(x)["window mean"], rtol=1e-6)
+    with torch.no_grad():
+        residual.head.bias.fill_(0.25)  # whatever the network adds, on top of the window mean
+    np.testing.assert_allclose(predict(residual, x), naive_forecasts(x)["window mean"] + 0.25, rtol=1e-6)
+    assert list(paper.state_dict()) == list(residual.state_dict())  # the same arrays travel
+    assert AppConfig.from_run_config({"forecast-baseline": "window-mean"}).water_model.baseline == "window-mean"
+    with pytest.raises(ConfigError, match="forecast-baseline"):
+        AppConfig.from_run_config({"forecast-baseline": "median"})

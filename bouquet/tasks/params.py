@@ -19,6 +19,8 @@ __all__ = ["DEFAULT_BATCH_SIZE", "EVALUATIONS", "MODELS", "PERFEDAVG_VARIANTS", 
 DEFAULT_BATCH_SIZE = 32
 #: Image classifiers of the vision task.
 MODELS = ("cnn", "vgg16")
+#: What the water forecaster's output is added to (``LSTMParams.baseline``).
+FORECAST_BASELINES = ("none", "window-mean")
 #: Per-FedAvg's two variants: first-order and Hessian-free.
 PERFEDAVG_VARIANTS = ("fo", "hf")
 
@@ -31,14 +33,22 @@ class LSTMParams:
     ----------
     hidden_size : int, default 32
     num_layers : int, default 1
+    baseline : {"none", "window-mean"}, default "none"
+        What the network's output is added to (``forecast-baseline``).  ``none`` is the paper's: the
+        output is the forecast.  ``window-mean``: the output is the deviation from the mean of the
+        look-back window, and the output layer starts at zero, so an untrained model is the window-mean
+        naive forecaster and training can only learn what that forecaster misses.
     """
 
     hidden_size: int = 32
     num_layers: int = 1
+    baseline: str = "none"
 
     def __post_init__(self) -> None:
         require(self.hidden_size >= 1, "hidden_size", f"hidden-size must be >= 1, got {self.hidden_size}")
         require(self.num_layers >= 1, "num_layers", f"num-layers must be >= 1, got {self.num_layers}")
+        require(self.baseline in FORECAST_BASELINES, "baseline",
+                f"forecast-baseline must be one of {', '.join(FORECAST_BASELINES)}, got {self.baseline!r}")
 
 
 @dataclass(frozen=True)

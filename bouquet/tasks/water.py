@@ -28,15 +28,28 @@ __all__ = ["NAIVE_FORECASTS", "LSTMForecaster", "TrainSettings", "WaterTask", "e
 class LSTMForecaster(nn.Module):
     """LSTM over a (batch, lookback, 1) window -> next-day value (batch,)."""
 
-    def __init__(self, hidden_size: int = LSTMParams.hidden_size, num_layers: int = LSTMParams.num_layers) -> None:
+    def __init__(self, hidden_size: int = LSTMParams.hidden_size, num_layers: int = LSTMParams.num_layers,
+                 baseline: str = LSTMParams.baseline) -> None:
         super().__init__()
-        LSTMParams(hidden_size, num_layers)  # validates
+        LSTMParams(hidden_size, num_layers, baseline)  # validates
+        self.baseline = baseline
         self.lstm = nn.LSTM(input_size=1, hidden_size=hidden_size, num_layers=num_layers, batch_first=True)
         self.head = nn.Linear(hidden_size, 1)
+        if baseline != "none":  # starts as the naive forecaster (drawn first, so the LSTM's init is unchanged)
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+
+    @classmethod
+    def from_params(cls, params: LSTMParams) -> LSTMForecaster:
+        """The forecaster ``params`` describe."""
+        return cls(params.hidden_size, params.num_layers, params.baseline)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(x)
-        return self.head(out[:, -1, :]).squeeze(-1)
+        y = self.head(out[:, -1, :]).squeeze(-1)
+        if self.baseline == "window-mean":
+            y = y + x[:, :, 0].mean(dim=1)
+        return y
 
 
 
@@ -191,7 +204,7 @@ class WaterTask:
         return len(self.windows.y_train)
 
     def new_model(self) -> nn.Module:
-        return LSTMForecaster(self.model.hidden_size, self.model.num_layers)
+        return LSTMForecaster.from_params(self.model)
 
     def training_batch(self, batch_size: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         pick = batch_indices(len(self.windows.y_train), batch_size, rng)

@@ -1,0 +1,113 @@
+"""What holds the water LSTM back: local-only training of forecaster variants beside the naive forecasters.
+
+    python scripts/forecaster_probe.py --data daiad --households 19 --epochs 5 30 --out results/forecaster-probe
+    python scripts/forecaster_probe.py --data synthetic --households 40 --epochs 5 30
+
+No federation and no Flower: the pool of the HK study's data layer (``experiments/hk/data``); each of
+``--households`` households of it (the first, in pool order) trains
+its own LSTM on its own training windows for each epoch budget, once per variant, from the same torch seed,
+and is scored on its own test windows, in litres/day, beside the naive forecasters on the same windows
+(:func:`bouquet.tasks.water.naive_errors`).  Variants (``--variants``): ``paper`` (the LSTM's output is the
+forecast) and ``window-mean`` (``forecast-baseline``: the output is the deviation from the look-back mean).
+Prints one table (mean MAE over households, skill against the best naive forecaster, share of households
+beating their own best naive forecast) and writes it as ``probe.csv`` / ``probe.md`` under ``--out``;
+rows already in ``probe.csv`` are not computed again.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bouquet.config import AppConfig
+from bouquet.data.water import load_pool
+from bouquet.experiments import load_layer
+from bouquet.results import markdown_table
+from bouquet.tasks.params import LSTMParams, TrainSettings
+from bouquet.tasks.water import LSTMForecaster, evaluate_windows, naive_errors, train_windows
+
+VARIANTS = {"paper": "none", "window-mean": "window-mean"}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def data_config(data: str, path: str | None):
+    """The HK study's data layer (``experiments/hk/data/<data>.toml``): the same pool as the studies."""
+    overrides = load_layer(ROOT / "experiments" / "hk", "data", data)
+    if "data-path" in overrides:
+        overrides["data-path"] = path or str((ROOT / overrides["data-path"]).resolve())
+    return AppConfig.from_run_config(overrides).water_data
+
+
+def probe(data: str, path: str | None, households: int, epochs: list[int], variants: list[str], seed: int,
+          done: pd.DataFrame) -> pd.DataFrame:
+    config = data_config(data, path)
+    pool = load_pool(config)
+    rows = []
+    for index in range(min(households, len(pool))):
+        windows = pool.client(index, config)
+        naive = naive_errors(windows)
+        rows += [{"household": index, "variant": f"naive: {name}", "epochs": 0, "mae": mae}
+                 for name, mae in naive.items()]
+        for variant in variants:
+            for budget in epochs:
+                if len(done) and ((done["household"] == index) & (done["variant"] == variant)
+                                  & (done["epochs"] == budget)).any():
+                    continue
+                torch.manual_seed(seed)
+                model = LSTMForecaster.from_params(LSTMParams(baseline=VARIANTS[variant]))
+                train_windows(model, windows, TrainSettings(epochs=budget), np.random.default_rng([seed, index]))
+                rows.append({"household": index, "variant": variant, "epochs": budget,
+                             "mae": evaluate_windows(model, windows)["mae-litres"]})
+        print(f"household {index + 1}/{min(households, len(pool))} done", flush=True)
+    new = pd.DataFrame(rows)
+    return pd.concat([done, new], ignore_index=True).drop_duplicates(["household", "variant", "epochs"], keep="first")
+
+
+def summarise(frame: pd.DataFrame) -> pd.DataFrame:
+    naive = frame[frame["variant"].str.startswith("naive: ")]
+    own_best = naive.groupby("household")["mae"].min()
+    best_name = naive.groupby("variant")["mae"].mean().idxmin()
+    best = naive.groupby("variant")["mae"].mean().min()
+    out = []
+    for (variant, budget), group in frame.groupby(["variant", "epochs"]):
+        beats = (group.set_index("household")["mae"] < own_best.reindex(group["household"]).to_numpy()).mean()
+        out.append({"variant": variant, "epochs": budget if budget else "-", "households": len(group),
+                    "MAE (L/day)": group["mae"].mean(), f"skill vs {best_name}": 1 - group["mae"].mean() / best,
+                    "beats own best naive": beats if not variant.startswith("naive: ") else np.nan})
+    return pd.DataFrame(out).sort_values("MAE (L/day)").reset_index(drop=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", choices=("daiad", "synthetic"), default="daiad")
+    parser.add_argument("--data-path", default=None, help="DAIAD file (default: the HK study's, ../shared/data)")
+    parser.add_argument("--households", type=int, default=19)
+    parser.add_argument("--epochs", type=int, nargs="+", default=[5, 30])
+    parser.add_argument("--variants", default="paper,window-mean")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="results/forecaster-probe")
+    args = parser.parse_args(argv)
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; choose among {', '.join(VARIANTS)}")
+    if any(e < 1 for e in args.epochs):
+        raise SystemExit(f"--epochs must be >= 1, got {args.epochs}")
+    out = Path(args.out) / f"{args.data}-{args.households}"
+    out.mkdir(parents=True, exist_ok=True)
+    saved = out / "probe.csv"
+    done = pd.read_csv(saved) if saved.exists() else pd.DataFrame(columns=["household", "variant", "epochs", "mae"])
+    frame = probe(args.data, args.data_path, args.households, args.epochs, variants, args.seed, done)
+    frame.to_csv(saved, index=False)
+    table = summarise(frame)
+    (out / "probe.md").write_text(markdown_table(table))
+    print(markdown_table(table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
