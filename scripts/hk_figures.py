@@ -221,9 +221,14 @@ def main(argv: list[str] | None = None) -> None:
     lines = [("| method | seeds | final MAE (L/day), mean +- std across clients | MAE std across seeds | "
               "final MSE (scaled), mean over clients +- std across seeds | skill vs best naive |"),
              "|---|--:|--:|--:|--:|--:|"]
+    def cell(value: float, form: str) -> str:
+        return "-" if not np.isfinite(value) else format(value, form)
+
     lines += [f"| {r.arm} | {r.seeds or '-'} | {r.mae_mean:.2f} +- {r.mae_std_across_clients:.2f} | "
-              f"{r.mae_std_across_seeds:.2f} | {r.final_mse:.4f} +- {r.final_mse_std_across_seeds:.4f} | "
-              f"{100 * r.skill:+.1f} % |" for r in table.itertuples()]
+              f"{cell(r.mae_std_across_seeds, '.2f')} | "
+              + ("-" if not np.isfinite(r.final_mse) else
+                 f"{r.final_mse:.4f} +- {cell(r.final_mse_std_across_seeds, '.4f')}")
+              + f" | {cell(100 * r.skill, '+.1f')} % |" for r in table.itertuples()]
     (out / "final_mae.md").write_text("\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.bar(table["arm"], table["mae_mean"], yerr=table["mae_std_across_clients"], capsize=3,
