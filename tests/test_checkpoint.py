@@ -244,3 +244,14 @@ def test_the_server_reopens_only_an_unfinished_run_with_a_matching_checkpoint(tm
     (folder / "summary.json").write_text("{}")
     with pytest.raises(CheckpointError, match="finished run"):
         _reopen(resume)
+
+
+def test_a_node_without_a_stable_key_does_not_stop_the_checkpoint(tmp_path, caplog):
+    strategy, grid = _strategy(), _grid(100)
+    grid.keys.pop(105)  # node 105 answers no identity query (a ClientApp without the handler, or too slow)
+    with caplog.at_level(logging.WARNING):
+        strategy.start(grid, to_record({"w": np.array([0.1, 0.1], dtype=np.float32)}), num_rounds=2,
+                       on_round_end=lambda r, result: save_checkpoint(strategy, result, tmp_path, {}))
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["round-0001.npz", "round-0002.npz"]
+    assert "1 node(s) reported no stable identity" in caplog.text
+    assert read_checkpoint(list_checkpoints(tmp_path)[-1]).meta["state"]["nodes"]["keys"]["105"] is None
