@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +33,9 @@ import numpy as np
 
 from bouquet.params import require
 
-__all__ = ["CHECKPOINT_DIR", "RESUME_FREE_KEYS", "Checkpoint", "CheckpointError", "CheckpointParams", "check_resumable", "join_arrays", "keys_to_nodes",
-           "latest_checkpoint", "list_checkpoints", "missing_keys", "nodes_to_keys", "read_checkpoint", "rewind_files",
-           "snapshot_files", "split_arrays", "write_checkpoint"]
+__all__ = ["CHECKPOINT_DIR", "RESUME_FREE_KEYS", "Checkpoint", "CheckpointError", "CheckpointParams",
+           "check_resumable", "join_arrays", "keys_to_nodes", "latest_checkpoint", "list_checkpoints", "missing_keys",
+           "nodes_to_keys", "read_checkpoint", "rewind_files", "snapshot_files", "split_arrays", "write_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -244,16 +244,19 @@ def rewind_files(run_folder: str | Path, sizes: Mapping[str, int]) -> list[str]:
     return changed
 
 
-def _translate(value: Any, table: Mapping[Any, Any]) -> Any:
+def _map_leaves(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` (JSON-like) with ``leaf`` applied to every scalar, dict keys included."""
     if isinstance(value, dict):
-        return {_translate(k, table): _translate(v, table) for k, v in value.items()}
+        return {_map_leaves(k, leaf): _map_leaves(v, leaf) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_translate(v, table) for v in value]
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | str) and value in table:
-        return table[value]
-    return value
+        return [_map_leaves(v, leaf) for v in value]
+    return leaf(value)
+
+
+def _translate(value: Any, table: Mapping[Any, Any]) -> Any:
+    """``value`` with every int or str leaf found in ``table`` replaced by its entry (booleans never)."""
+    return _map_leaves(value, lambda v: table[v] if isinstance(v, int | str) and not isinstance(v, bool)
+                       and v in table else v)
 
 
 #: Lists of at least this many floats in a JSON state are stored as arrays (sketches), not as JSON text.
@@ -330,20 +333,13 @@ def missing_keys(state: Any, keys: Mapping[int, Any]) -> set[str]:
     known = {f"{prefix}{key}" for key in keys.values() if key is not None for prefix in (_NODE, _NODE_TEXT)}
     found: set[str] = set()
 
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(k)
-                walk(v)
-        elif isinstance(value, list | tuple):
-            for v in value:
-                walk(v)
-        elif isinstance(value, str) and value.startswith((_NODE, _NODE_TEXT)) and value not in known:
+    def note(value: Any) -> Any:
+        if isinstance(value, str) and value.startswith((_NODE, _NODE_TEXT)) and value not in known:
             found.add(value)
+        return value
 
-    walk(state)
+    _map_leaves(state, note)
     return found
-
 
 
 #: Run-config keys that may differ between an interrupted run and its resumption (where results go, how

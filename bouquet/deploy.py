@@ -19,6 +19,7 @@ from the server.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -111,8 +112,6 @@ class Deployment:
 
     def unfinished_runs(self) -> list[int]:
         """Ids of the runs the SuperLink lists as not finished (pending, starting or running)."""
-        import json
-
         done = self.flwr("ls", self.connection, "--format", "json", timeout=60)
         if done.returncode != 0:
             raise RuntimeError(f"flwr ls failed:\n{done.stdout}{done.stderr}")

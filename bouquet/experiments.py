@@ -27,7 +27,8 @@ from typing import Any
 from bouquet.launch import local_superlink, pool_size, toml_value
 from bouquet.results import RunFolder
 
-__all__ = ["Job", "layered_run_config", "load_layer", "load_profile", "naive_client_errors", "naive_client_forecasts", "run_jobs", "toml_value"]
+__all__ = ["Job", "layered_run_config", "load_layer", "load_profile", "naive_client_errors", "naive_client_forecasts",
+           "run_jobs", "toml_value"]
 
 
 def load_layer(root: Path, kind: str, name: str) -> dict[str, Any]:
@@ -157,14 +158,10 @@ def naive_client_errors(run: RunFolder) -> list[dict[str, Any]]:
 def naive_client_forecasts(run: RunFolder, partition_id: int, forecaster: str) -> dict[str, Any]:
     """One client's test-day forecasts in litres by one naive forecaster: ``{"day": [...], "litres": [...]}``
     (days as ``YYYY-MM-DD`` text, as in ``predictions.csv``), from the run's own data config."""
-    import numpy as np
-
     from bouquet.data.water import load_pool
-    from bouquet.tasks.water import naive_forecasts
+    from bouquet.tasks.water import naive_litres
 
     config = run.app_config()
     windows = load_pool(config.water_data).client(partition_id, config.water_data)
-    train_mean = float(np.mean(windows.y_train, dtype=np.float64)) if len(windows.y_train) else None
-    forecast = naive_forecasts(windows.x_test, train_mean)[forecaster]
     return {"day": windows.test_days.astype("datetime64[D]").astype(str).tolist(),
-            "litres": windows.to_litres(forecast).tolist()}
+            "litres": naive_litres(windows)[forecaster].tolist()}

@@ -352,7 +352,8 @@ def _run_vision(grid: Grid, config: AppConfig, recorder: RunRecorder, started: f
                     "client-accuracy-mean": float(final.mean()) if len(final) else None,
                     "client-accuracy-std": float(final.std()) if len(final) else None,
                     **_attack_summary(config, rows, "accuracy")}
-    summary |= {**_selection_summary(config, strategy), **_resume_summary(checkpoint), "wall-seconds": time.time() - started}
+    summary |= {**_selection_summary(config, strategy), **_resume_summary(checkpoint),
+                "wall-seconds": time.time() - started}
     recorder.write_json("summary.json", summary)
     if curve:
         best = max(sorted(curve), key=curve.get)  # the earliest round with the highest accuracy

@@ -106,6 +106,7 @@ def test_a_superlink_killed_mid_run_is_restarted_and_the_run_resumed_to_the_same
     import numpy as np
 
     from bouquet.launch import resume_overrides
+    from tests.waiting import wait_for_checkpoint
 
     rounds, k = 3, int(np.random.default_rng(7).integers(1, 3))
     common = (f'num-server-rounds={rounds} clients-per-round=3 fraction-evaluate=0 {SMALL} seed=5 '
@@ -121,11 +122,7 @@ def test_a_superlink_killed_mid_run_is_restarted_and_the_run_resumed_to_the_same
         runner = threading.Thread(target=lambda: deploy.run(ROOT, run_config=f'{common} run-name="crashed"',
                                                             timeout=900))
         runner.start()
-        checkpoint = crashed / "checkpoints" / f"round-{k:04d}.npz"
-        deadline = time.monotonic() + 600
-        while not checkpoint.exists():
-            assert time.monotonic() < deadline and runner.is_alive(), f"no checkpoint of round {k}"
-            time.sleep(0.2)
+        wait_for_checkpoint(crashed, k, runner)
         deploy.restart_superlink(crash=True)
         runner.join(timeout=300)
         assert not (crashed / "summary.json").exists()

@@ -5,7 +5,6 @@ import json
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 from bouquet.launch import local_superlink, parse_overrides, resume_overrides
 from bouquet.processes import command_line, descendants
 from bouquet.results import RunFolder
+from tests.waiting import wait_for_checkpoint
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,11 +47,7 @@ def _kill_after_checkpoint(link, folder, k, run_config):
     runner = threading.Thread(target=lambda: outcome.update(done=link.flwr_run(
         ROOT, run_config=run_config, federation_config=FEDERATION, timeout=600)))
     runner.start()
-    target = folder / "checkpoints" / f"round-{k:04d}.npz"
-    deadline = time.monotonic() + 600
-    while not target.exists():
-        assert time.monotonic() < deadline and runner.is_alive(), f"no checkpoint of round {k}: {outcome}"
-        time.sleep(0.2)
+    wait_for_checkpoint(folder, k, runner, detail=lambda: f": {outcome}")
     victims = _simulation_processes(link.process.pid)
     assert victims, "no flwr-simulation process under the SuperLink"
     for pid in victims:
@@ -71,8 +67,8 @@ def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path, s
     common = (f'{extra} num-server-rounds={ROUNDS} clients-per-round=3 local-epochs=1 synthetic-households=150 '
               f'active-factor=0.5 seed=3 results-dir="{tmp_path / "results"}"')
     done = superlink.flwr_run(ROOT, run_config=f'{common} run-name="whole"', federation_config=FEDERATION)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     whole = tmp_path / "results" / "whole"
+    assert done.returncode == 0 and (whole / "summary.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
 
     crashed = tmp_path / "results" / "crashed"
     with local_superlink(tmp_path / "link-1", env={"RAY_ADDRESS": ray_head.address}) as link:

@@ -43,15 +43,9 @@ _STATE = "state-arrays"
 _PHASES = ("train_metrics_clientapp", "evaluate_metrics_clientapp", "evaluate_metrics_serverapp")
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value.item() if hasattr(value, "item") else value
-
-
 def _result_to_json(result: Result) -> dict[str, dict[str, dict[str, Any]]]:
-    return {phase: {str(r): {k: _plain(v) for k, v in record.items()} for r, record in getattr(result, phase).items()}
-            for phase in _PHASES}
+    # MetricRecord values are int, float (numpy's float64 is one) or lists of them: JSON-able as they are
+    return {phase: {str(r): dict(record) for r, record in getattr(result, phase).items()} for phase in _PHASES}
 
 
 def _result_from_json(payload: Mapping[str, Any]) -> Result:
@@ -98,9 +92,8 @@ def restore(strategy: Any, grid: Grid, checkpoint: Checkpoint) -> Result:
 
     Waits (up to the strategy's ``node-wait-seconds``) until every node the checkpointed run knew is
     connected again (asking each new node once for its stable key), and maps the checkpoint's nodes onto
-    today's node ids.  A node of the
-    checkpoint that is not connected is an error (its coalition, its model or its selection history would
-    be lost silently otherwise).
+    today's node ids.  A node of the checkpoint that is not connected is an error (its coalition, its model
+    or its selection history would be lost silently otherwise).
 
     Returns
     -------

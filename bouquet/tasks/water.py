@@ -22,7 +22,7 @@ from bouquet.tasks.params import LSTMParams, PerFedAvgSettings, TrainSettings
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
 
 __all__ = ["NAIVE_FORECASTS", "LSTMForecaster", "TrainSettings", "WaterTask", "evaluate_windows", "naive_errors",
-           "naive_forecasts", "naive_metric", "node_windows", "predict", "proximal_penalty", "train_windows"]
+           "naive_forecasts", "naive_litres", "naive_metric", "node_windows", "predict", "proximal_penalty", "train_windows"]
 
 
 class LSTMForecaster(nn.Module):
@@ -145,12 +145,16 @@ def naive_forecasts(x: np.ndarray, train_mean: float | None = None) -> dict[str,
     return out
 
 
+def naive_litres(windows: ClientWindows) -> dict[str, np.ndarray]:
+    """Each :func:`naive_forecasts` of a household's test windows, in litres/day (train-days mean included)."""
+    train_mean = float(np.mean(windows.y_train, dtype=np.float64)) if len(windows.y_train) else None
+    return {name: windows.to_litres(forecast) for name, forecast in naive_forecasts(windows.x_test, train_mean).items()}
+
+
 def naive_errors(windows: ClientWindows) -> dict[str, float]:
     """Held-out MAE in litres/day of each :func:`naive_forecasts` on the test windows."""
     litres = windows.to_litres(windows.y_test)
-    train_mean = float(np.mean(windows.y_train, dtype=np.float64)) if len(windows.y_train) else None
-    return {name: float(np.mean(np.abs(windows.to_litres(forecast) - litres)))
-            for name, forecast in naive_forecasts(windows.x_test, train_mean).items()}
+    return {name: float(np.mean(np.abs(forecast - litres))) for name, forecast in naive_litres(windows).items()}
 
 
 def naive_metric(name: str) -> str:
