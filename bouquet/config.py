@@ -59,10 +59,19 @@ from bouquet.tasks.params import (
     VisionTrainSettings,
 )
 
-__all__ = ["KEYS", "STRATEGIES", "TASKS", "AppConfig", "ConfigError", "Key", "RunParams", "StrategySpec"]
+__all__ = ["FORECASTERS", "KEYS", "STRATEGIES", "TASKS", "AppConfig", "ConfigError", "Key", "RunParams",
+           "StrategySpec"]
 
 #: Use cases: household water forecasting (HK paper) or image classification (SCKM paper).
 TASKS = ("water", "vision")
+
+#: The ``forecaster`` presets of the water task: the run-config keys each sets.  ``paper`` sets none (every
+#: key's default is the paper's protocol); ``improved`` bundles what won the side-by-side probe
+#: (scripts/forecaster_probe.py; docs/RESULTS.md, "A forecaster worth federating").
+FORECASTERS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "improved": {"forecast-baseline": "window-median", "forecast-loss": "l1", "calendar-inputs": "weekday"},
+}
 
 #: Strategy families and their variants (the part of the name after the family).
 _FAMILIES: dict[str, tuple[str, ...]] = {"fedavg": (), "fedprox": (), "hk": ("cosine", "euclidean", "cosine-bounded"),
@@ -123,6 +132,10 @@ class RunParams:
         The run folder's name (default: date, time and strategy).
     round_timeout : float, default 3600
         Seconds the server waits for a round's replies; a node that has not answered is reported lost.
+    forecaster : {"paper", "improved"}, default "paper"
+        The water forecaster's preset (:data:`FORECASTERS`): ``paper`` leaves every forecaster key as
+        given; ``improved`` sets the keys it bundles, and refuses a run config that gives one of them
+        another value than its default or the preset's.
     """
 
     num_server_rounds: int = 20
@@ -132,6 +145,7 @@ class RunParams:
     results_dir: str = "results"
     run_name: str = ""
     round_timeout: float = 3600.0
+    forecaster: str = "paper"
 
     def __post_init__(self) -> None:
         if self.num_server_rounds < 1:
@@ -143,6 +157,8 @@ class RunParams:
             raise ParamError("selection", f"unknown selection {self.selection!r}; choose one of {', '.join(SELECTORS)}")
         if self.round_timeout <= 0:
             raise ParamError("round_timeout", f"round-timeout must be > 0, got {self.round_timeout}")
+        if self.forecaster not in FORECASTERS:
+            raise ParamError("forecaster", f"forecaster must be one of {', '.join(FORECASTERS)}, got {self.forecaster!r}")
 
     @property
     def spec(self) -> StrategySpec:
@@ -181,10 +197,12 @@ _SECTIONS = (
     _Section("fixed_k", FixedKParams, prefix="fixed-", skip=("geometry",)),
     _Section("proximal", ProximalParams, prefix="proximal-"),
     _Section("perfedavg", PerFedAvgSettings, prefix="perfedavg-", skip=("variant",)),
-    _Section("water_data", WaterDataConfig, rename={"source": "data-source", "path": "data-path"},
+    _Section("water_data", WaterDataConfig,
+             rename={"source": "data-source", "path": "data-path", "calendar": "calendar-inputs"},
              skip=("synthetic", "cleaning")),
     _Section("water_model", LSTMParams, rename={"baseline": "forecast-baseline"}),
-    _Section("water_train", TrainSettings, rename={"epochs": "local-epochs"}),
+    _Section("water_train", TrainSettings, rename={"epochs": "local-epochs", "loss": "forecast-loss",
+                                                   "huber_delta": "forecast-huber-delta"}),
     _Section("vision_data", VisionDataConfig,
              rename={"dataset": "vision-dataset", "path": "vision-data-path", "partitioner": "vision-partitioner",
                      "seed": "data-seed", "groups": "vision-groups", "num_groups": "vision-num-groups",
@@ -441,7 +459,7 @@ class AppConfig:
             if key not in _BY_NAME:
                 raise ConfigError(f"unknown run-config key {key!r}; known keys: {', '.join(_BY_NAME)}")
             given[key] = _coerce(key, value, type(defaults[key]))
-        values = {**defaults, **given}
+        values = {**defaults, **given, **_preset(given.get("forecaster", defaults["forecaster"]), given)}
         by_section: dict[str, dict[str, Any]] = {s.name: {} for s in _SECTIONS}
         for key in KEYS:
             _set_nested(by_section[key.section], key.path, values[key.name])
@@ -492,6 +510,17 @@ class AppConfig:
 
 
 _DEFAULTS = {name: _default(keys[0]) for name, keys in _BY_NAME.items()}
+
+
+def _preset(name: Any, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys ``forecaster = name`` sets; a key given with another value than its default or the preset's
+    is an error (the user asked for two things).  An unknown name is left to :class:`RunParams`."""
+    preset = FORECASTERS.get(name, {})
+    for key, value in preset.items():
+        if key in given and given[key] not in (value, _DEFAULTS[key]):
+            raise ConfigError(f"run-config {key!r} = {given[key]!r} contradicts forecaster = {name!r}, which sets "
+                              f"{key} = {value!r}; use forecaster = 'paper' to choose {key} yourself")
+    return dict(preset)
 
 
 @functools.lru_cache(maxsize=64)

@@ -374,7 +374,7 @@ def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: fl
     if checkpoint is None:
         _write_pool(config, recorder)
     torch.manual_seed(config.sampling.seed)
-    new_model = lambda: LSTMForecaster.from_params(config.water_model)
+    new_model = lambda: LSTMForecaster.from_params(config.water_model, config.water_data.input_channels)
     initial = ArrayRecord(new_model().state_dict())
     strategy = build_strategy(config, recorder, _cluster_models(config, new_model))
     _start(strategy, grid, config, recorder, initial, checkpoint)

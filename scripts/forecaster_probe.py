@@ -7,8 +7,12 @@ No federation and no Flower: the pool of the HK study's data layer (``experiment
 ``--households`` households of it (the first, in pool order) trains
 its own LSTM on its own training windows for each epoch budget, once per variant, from the same torch seed,
 and is scored on its own test windows, in litres/day, beside the naive forecasters on the same windows
-(:func:`bouquet.tasks.water.naive_errors`).  Variants (``--variants``): ``paper`` (the LSTM's output is the
-forecast) and ``window-mean`` (``forecast-baseline``: the output is the deviation from the look-back mean).
+(:func:`bouquet.tasks.water.naive_errors`).  Each variant (``--variants``, :data:`VARIANTS`) is a set of
+run-config keys over the paper's protocol, applied one at a time so each change is measured beside the
+last: ``paper``, ``window-mean`` / ``window-median`` (``forecast-baseline``), ``+l1`` / ``+huber``
+(``forecast-loss``), ``+weekday`` (``calendar-inputs``), ``improved`` (the ``forecaster`` preset) and
+changes on top of it (``+robust`` scaler, ``+lr3e-3``, ``+64-units``).  Scaling and calendar inputs leave
+the test days and litres unchanged, so every variant is scored on the naive forecasters' windows.
 Prints one table (mean MAE over households, skill against the best naive forecaster, share of households
 beating their own best naive forecast) and writes it as ``probe.csv`` / ``probe.md`` under ``--out``;
 rows already in ``probe.csv`` are not computed again.
@@ -17,6 +21,7 @@ rows already in ``probe.csv`` are not computed again.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -27,29 +32,46 @@ from bouquet.config import AppConfig
 from bouquet.data.water import load_pool
 from bouquet.experiments import load_layer
 from bouquet.results import markdown_table
-from bouquet.tasks.params import LSTMParams, TrainSettings
 from bouquet.tasks.water import LSTMForecaster, evaluate_windows, naive_errors, train_windows
 
-VARIANTS = {"paper": "none", "window-mean": "window-mean"}
+#: Each variant's run-config keys (over the HK study's data layer).
+VARIANTS: dict[str, dict[str, object]] = {
+    "paper": {},
+    "window-mean": {"forecast-baseline": "window-mean"},
+    "window-median": {"forecast-baseline": "window-median"},
+    "window-median+huber": {"forecast-baseline": "window-median", "forecast-loss": "huber"},
+    "window-median+l1": {"forecast-baseline": "window-median", "forecast-loss": "l1"},
+    "paper+l1+weekday": {"forecast-loss": "l1", "calendar-inputs": "weekday"},
+    "improved": {"forecaster": "improved"},
+    "improved+robust": {"forecaster": "improved", "scaler": "robust"},
+    "improved+lr3e-3": {"forecaster": "improved", "learning-rate": 0.003},
+    "improved+64-units": {"forecaster": "improved", "hidden-size": 64},
+}
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def data_config(data: str, path: str | None):
-    """The HK study's data layer (``experiments/hk/data/<data>.toml``): the same pool as the studies."""
+def app_config(data: str, path: str | None, variant: dict[str, object] | None = None) -> AppConfig:
+    """The HK study's data layer (``experiments/hk/data/<data>.toml``: the same pool as the studies) with
+    ``variant``'s keys."""
     overrides = load_layer(ROOT / "experiments" / "hk", "data", data)
     if "data-path" in overrides:
         overrides["data-path"] = path or str((ROOT / overrides["data-path"]).resolve())
-    return AppConfig.from_run_config(overrides).water_data
+    return AppConfig.from_run_config({**overrides, **(variant or {})})
+
+
+def data_config(data: str, path: str | None):
+    """The water data of :func:`app_config` (the paper's windows)."""
+    return app_config(data, path).water_data
 
 
 def probe(data: str, path: str | None, households: int, epochs: list[int], variants: list[str], seed: int,
           done: pd.DataFrame) -> pd.DataFrame:
     config = data_config(data, path)
     pool = load_pool(config)
+    configs = {variant: app_config(data, path, VARIANTS[variant]) for variant in variants}
     rows = []
     for index in range(min(households, len(pool))):
-        windows = pool.client(index, config)
-        naive = naive_errors(windows)
+        naive = naive_errors(pool.client(index, config))
         rows += [{"household": index, "variant": f"naive: {name}", "epochs": 0, "mae": mae}
                  for name, mae in naive.items()]
         for variant in variants:
@@ -57,9 +79,12 @@ def probe(data: str, path: str | None, households: int, epochs: list[int], varia
                 if len(done) and ((done["household"] == index) & (done["variant"] == variant)
                                   & (done["epochs"] == budget)).any():
                     continue
+                chosen = configs[variant]
+                windows = pool.client(index, chosen.water_data)
                 torch.manual_seed(seed)
-                model = LSTMForecaster.from_params(LSTMParams(baseline=VARIANTS[variant]))
-                train_windows(model, windows, TrainSettings(epochs=budget), np.random.default_rng([seed, index]))
+                model = LSTMForecaster.from_params(chosen.water_model, chosen.water_data.input_channels)
+                training = dataclasses.replace(chosen.water_train, epochs=budget)
+                train_windows(model, windows, training, np.random.default_rng([seed, index]))
                 rows.append({"household": index, "variant": variant, "epochs": budget,
                              "mae": evaluate_windows(model, windows)["mae-litres"]})
         print(f"household {index + 1}/{min(households, len(pool))} done", flush=True)
@@ -87,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-path", default=None, help="DAIAD file (default: the HK study's, ../shared/data)")
     parser.add_argument("--households", type=int, default=19)
     parser.add_argument("--epochs", type=int, nargs="+", default=[5, 30])
-    parser.add_argument("--variants", default="paper,window-mean")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, among {', '.join(VARIANTS)}")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="results/forecaster-probe")
     args = parser.parse_args(argv)

@@ -45,11 +45,11 @@ def main() -> None:
         data = config.water_data
         pool = load_pool(data)
         torch.manual_seed(config.sampling.seed)
-        global_model = LSTMForecaster.from_params(config.water_model)
+        global_model = LSTMForecaster.from_params(config.water_model, config.water_data.input_channels)
         theta = flat(global_model)
         rows = []
         for partition in range(min(args.clients, len(pool))):
-            local = LSTMForecaster.from_params(config.water_model)
+            local = LSTMForecaster.from_params(config.water_model, config.water_data.input_channels)
             local.load_state_dict(global_model.state_dict())
             train_windows(local, pool.client(partition, data), config.water_train,
                           np.random.default_rng([config.sampling.seed, 1, partition]))

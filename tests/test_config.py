@@ -33,7 +33,7 @@ def test_unknown_key_lists_known_keys():
     ("num-server-rounds", 2.5, "must be an integer"),
     ("learning-rate", "fast", "must be a number"),
     ("data-source", "parquet", "data source must be one of"),
-    ("scaler", "robust", "scaler must be one of"),
+    ("scaler", "quantile", "scaler must be one of"),
     ("fraction-evaluate", 1.5, "fraction_evaluate must be in"),
     ("min-hours-per-day", 30, "min_hours_per_day"),
     ("data-path", 3, "must be a string"),

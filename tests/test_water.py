@@ -119,7 +119,7 @@ def test_cache_roundtrip_gives_the_same_pool(tmp_path):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"source": "csv"}, "data source must be one of"),
-    ({"scaler": "robust"}, "scaler must be one of"),
+    ({"scaler": "quantile"}, "scaler must be one of"),
     ({"train_fraction": 1.0}, "train_fraction"),
     ({"min_windows": 1}, "min_windows"),
 ])
@@ -143,6 +143,10 @@ def test_naive_forecasts_hand_case():
     assert out["last value"].tolist() == [11.0, 23.0]
     assert out["same day last week"].tolist() == [5.0, 17.0]  # 7 days before the target: index 12 - 7
     assert out["window mean"].tolist() == [5.5, 17.5]
+    spiky = x.copy()
+    spiky[0, 3, 0] = 1000.0  # one spike moves the mean, not the median
+    assert naive_forecasts(spiky)["window median"].tolist() == [6.5, 17.5]  # 0,1,2,4,5,6 | 7,...,1000
+    assert naive_forecasts(spiky)["window mean"][0] == pytest.approx(5.5 + 997 / 12)
     assert "same day last week" not in naive_forecasts(x[:, :6])  # a 6-day look-back has no last week
     assert "train-days mean" not in out and naive_forecasts(x, 3.0)["train-days mean"].tolist() == [3.0, 3.0]
     with pytest.raises(ValueError, match="lookback"):
@@ -201,3 +205,103 @@ def test_window_mean_baseline_starts_as_the_naive_forecaster_and_learns_the_rest
     assert AppConfig.from_run_config({"forecast-baseline": "window-mean"}).water_model.baseline == "window-mean"
     with pytest.raises(ConfigError, match="forecast-baseline"):
         AppConfig.from_run_config({"forecast-baseline": "median"})
+
+
+def test_window_median_baseline_starts_as_the_naive_window_median_over_calendar_inputs():
+    import torch
+
+    from bouquet.tasks.water import LSTMForecaster, naive_forecasts, predict
+
+    use = np.array([[1.0, 5.0, 2.0, 8.0], [0.0, 0.0, 3.0, 1.0]])  # even look-back: the two middle values' mean
+    calendar = np.zeros((2, 4, 2))
+    x = np.concatenate([use[..., None], calendar], axis=-1).astype(np.float32)
+    assert naive_forecasts(x)["window median"].tolist() == [3.5, 0.5]
+    model = LSTMForecaster(8, 1, baseline="window-median", input_size=3)
+    np.testing.assert_allclose(predict(model, x), [3.5, 0.5], rtol=1e-6)
+    assert model.lstm.input_size == 3
+    with pytest.raises(ValueError, match="input_size"):
+        LSTMForecaster(8, 1, input_size=0)
+    assert torch.is_tensor(model(torch.from_numpy(x)))
+
+
+def test_training_losses_by_hand():
+    import torch
+
+    from bouquet.tasks.params import TrainSettings
+    from bouquet.tasks.water import training_loss
+
+    predicted, target = torch.tensor([0.0, 0.0, 0.0]), torch.tensor([0.05, -0.3, 1.0])
+    assert float(training_loss(TrainSettings())(predicted, target)) == pytest.approx((0.0025 + 0.09 + 1) / 3)
+    assert float(training_loss(TrainSettings(loss="l1"))(predicted, target)) == pytest.approx(1.35 / 3)
+    # Huber, delta 0.1: 0.5 e^2 inside, delta (|e| - delta / 2) outside
+    huber = (0.5 * 0.0025 + 0.1 * (0.3 - 0.05) + 0.1 * (1.0 - 0.05)) / 3
+    assert float(training_loss(TrainSettings(loss="huber"))(predicted, target)) == pytest.approx(huber)
+    with pytest.raises(ValueError, match="forecast-loss"):
+        TrainSettings(loss="mape")
+    with pytest.raises(ValueError, match="forecast-huber-delta"):
+        TrainSettings(loss="huber", huber_delta=0)
+
+
+def test_weekday_inputs_and_robust_scaling_by_hand():
+    from bouquet.data.water import HouseholdDaily, make_windows, weekday_inputs
+
+    monday, thursday = np.datetime64("2026-12-07"), np.datetime64("1970-01-01")
+    np.testing.assert_allclose(weekday_inputs(np.array([monday, thursday])),
+                               [[0.0, 1.0], [np.sin(6 * np.pi / 7), np.cos(6 * np.pi / 7)]], atol=1e-12)
+    litres = np.arange(40, dtype=float) * 10 + 100
+    household = HouseholdDaily("h", monday, litres)
+    plain = make_windows(household, lookback=7, train_fraction=0.5, scaler="robust")
+    dated = make_windows(household, lookback=7, train_fraction=0.5, scaler="robust", calendar="weekday")
+    assert plain.x_train.shape[2] == 1 and dated.x_train.shape[2] == 3
+    np.testing.assert_array_equal(dated.x_train[..., 0], plain.x_train[..., 0])
+    np.testing.assert_array_equal(dated.y_test, plain.y_test)
+    # window 0 has inputs days 0..6 (Mon..Sun) and target day 7; each step carries the weekday of the next day
+    np.testing.assert_allclose(dated.x_train[0, :, 1:], weekday_inputs(monday + np.arange(1, 8)), atol=1e-6)
+    np.testing.assert_allclose(dated.x_train[0, -1, 1:], [0.0, 1.0], atol=1e-6)  # target: the next Monday
+    # robust: median and IQR of the fitted days (days 0 .. last training target = 7 + 16 - 1 = 22 -> 23 days)
+    fit = litres[:23]
+    assert plain.offset == pytest.approx(np.median(fit))
+    assert plain.scale == pytest.approx(np.percentile(fit, 75) - np.percentile(fit, 25))
+    np.testing.assert_allclose(plain.to_litres(plain.y_test), litres[7 + 16:], rtol=1e-6)
+    with pytest.raises(ValueError, match="calendar"):
+        make_windows(household, lookback=7, calendar="holidays")
+
+
+def test_forecaster_preset_sets_its_keys_and_refuses_a_contradiction():
+    from bouquet.config import FORECASTERS, AppConfig, ConfigError
+
+    improved = AppConfig.from_run_config({"forecaster": "improved"})
+    assert improved.water_model.baseline == "window-median" and improved.water_train.loss == "l1"
+    assert improved.water_data.calendar == "weekday" and improved.water_data.input_channels == 3
+    assert AppConfig.from_run_config(improved.to_run_config()) == improved  # what a results folder records
+    # the preset's own value or a key's default (what flwr run passes from pyproject.toml) is accepted
+    same = {**FORECASTERS["improved"], "forecaster": "improved", "scaler": "robust"}
+    assert AppConfig.from_run_config(same).water_data.scaler == "robust"
+    assert AppConfig.from_run_config({"forecaster": "improved", "forecast-loss": "mse"}).water_train.loss == "l1"
+    with pytest.raises(ConfigError, match="'forecast-loss' = 'huber' contradicts forecaster = 'improved'"):
+        AppConfig.from_run_config({"forecaster": "improved", "forecast-loss": "huber"})
+    with pytest.raises(ConfigError, match="forecaster must be one of paper, improved"):
+        AppConfig.from_run_config({"forecaster": "best"})
+    paper = AppConfig()
+    assert (paper.run.forecaster, paper.water_model.baseline, paper.water_train.loss, paper.water_data.calendar,
+            paper.water_data.scaler) == ("paper", "none", "mse", "none", "minmax")
+
+
+def test_a_water_task_scores_and_trains_with_its_loss_and_calendar_inputs():
+    from bouquet.config import AppConfig
+    from bouquet.tasks.base import batch_indices
+    from bouquet.tasks.water import WaterTask, predict
+
+    config = AppConfig.from_run_config({"forecaster": "improved", "synthetic-households": 40, "active-factor": 0.0})
+    task = WaterTask.for_node(config.water_data, config.water_model, config.water_train, None, 0, None)
+    model = task.new_model()
+    assert model.lstm.input_size == 3
+    loss, n = task.loss(model, 16, np.random.default_rng(0))
+    rows = batch_indices(len(task.windows.y_train), 16, np.random.default_rng(0))
+    assert n == len(rows)
+    assert loss == pytest.approx(np.mean(np.abs(predict(model, task.windows.x_train[rows]) - task.windows.y_train[rows])),
+                                 rel=1e-5)
+    before = task.evaluate(model, np.random.default_rng(0))["mae-litres"]
+    assert before == pytest.approx(task.naive()["naive-window-median"], rel=1e-5)  # starts as the window median
+    task.train(model, np.random.default_rng(1), proximal_mu=0.0)
+    assert task.evaluate(model, np.random.default_rng(0))["mae-litres"] != before

@@ -39,10 +39,13 @@ __all__ = [
     "load_pool",
     "make_windows",
     "select_pool",
+    "weekday_inputs",
 ]
 
 log = logging.getLogger(__name__)
-SCALERS = ("minmax", "zscore")
+SCALERS = ("minmax", "zscore", "robust")
+#: Inputs besides the day's use in each look-back step (``WaterDataConfig.calendar``).
+CALENDAR_INPUTS = ("none", "weekday")
 SOURCES = ("synthetic", "daiad")
 
 
@@ -99,8 +102,15 @@ class WaterDataConfig:
     min_windows : int, default 10
         Households with fewer complete windows are left out of the pool (the
         log names each one with its count).
-    scaler : {"minmax", "zscore"}, default "minmax"
-        Per-household normalisation fitted on the training days only.
+    scaler : {"minmax", "zscore", "robust"}, default "minmax"
+        Per-household normalisation fitted on the training days only: ``minmax`` (the paper's; one spiky
+        day sets the scale), ``zscore`` (mean / standard deviation) or ``robust`` (median /
+        interquartile range, which a few spikes do not move).
+    calendar : {"none", "weekday"}, default "none"
+        ``calendar-inputs``.  ``none`` is the paper's: each look-back step is the day's scaled use.
+        ``weekday`` adds two inputs to each step, the sine and cosine of ``2 pi w / 7`` where ``w``
+        (Monday 0 ... Sunday 6) is the weekday of the day after that step, so the last step carries
+        the target's weekday (:func:`weekday_inputs`).
     """
 
     source: str = "synthetic"
@@ -113,10 +123,13 @@ class WaterDataConfig:
     train_fraction: float = 0.8
     min_windows: int = 10
     scaler: str = "minmax"
+    calendar: str = "none"
 
     def __post_init__(self) -> None:
         require(self.source in SOURCES, "source", f"data source must be one of {SOURCES}, got {self.source!r}")
         require(self.scaler in SCALERS, "scaler", f"scaler must be one of {SCALERS}, got {self.scaler!r}")
+        require(self.calendar in CALENDAR_INPUTS, "calendar",
+                f"calendar-inputs must be one of {', '.join(CALENDAR_INPUTS)}, got {self.calendar!r}")
         require(self.lookback >= 1, "lookback", f"lookback must be >= 1, got {self.lookback}")
         require(0 < self.train_fraction < 1, "train_fraction",
                 f"train_fraction must be in (0, 1), got {self.train_fraction}")
@@ -125,6 +138,11 @@ class WaterDataConfig:
                 f"min_history_days must be >= 0, got {self.min_history_days}")
         require(self.min_windows >= 2, "min_windows",
                 f"min_windows must be >= 2 (one train and one test window), got {self.min_windows}")
+
+    @property
+    def input_channels(self) -> int:
+        """Inputs per look-back step of the windows this config makes (the forecaster's input size)."""
+        return 1 + (2 if self.calendar == "weekday" else 0)
 
     def require_path(self) -> None:
         """Raise ValueError when the source needs a file and none is named (deployment names one per node)."""
@@ -162,7 +180,9 @@ class ClientWindows:
 
     Attributes
     ----------
-    x_train, x_test : numpy.ndarray, shape (n, lookback, 1), float32
+    x_train, x_test : numpy.ndarray, shape (n, lookback, channels), float32
+        Channel 0 is the scaled use of each look-back day; calendar inputs follow
+        (:attr:`WaterDataConfig.input_channels`).
     y_train, y_test : numpy.ndarray, shape (n,), float32
     test_days : numpy.ndarray of datetime64[D], shape (n_test,)
         Calendar day of each test target.
@@ -192,8 +212,18 @@ def _complete_windows(litres: np.ndarray, lookback: int) -> np.ndarray:
     return np.flatnonzero(run == lookback + 1) + lookback
 
 
+def weekday_inputs(days: np.ndarray) -> np.ndarray:
+    """``(sin, cos)`` of ``2 pi w / 7`` for each day (``w``: Monday 0 ... Sunday 6), shape ``days.shape + (2,)``.
+
+    ``days`` are ``datetime64[D]`` (or day numbers since 1970-01-01, a Thursday).
+    """
+    weekday = (np.asarray(days).astype("datetime64[D]").astype(np.int64) + 3) % 7
+    angle = 2 * np.pi * weekday / 7
+    return np.stack([np.sin(angle), np.cos(angle)], axis=-1)
+
+
 def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: float = 0.8,
-                 scaler: str = "minmax", min_windows: int = 2) -> ClientWindows:
+                 scaler: str = "minmax", min_windows: int = 2, calendar: str = "none") -> ClientWindows:
     """Look-back windows with one-step-ahead targets, split chronologically.
 
     Window ``t`` has inputs days ``t-L .. t-1`` and target day ``t``; only
@@ -210,6 +240,8 @@ def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: 
     """
     if scaler not in SCALERS:
         raise ValueError(f"scaler must be one of {SCALERS}, got {scaler!r}")
+    if calendar not in CALENDAR_INPUTS:
+        raise ValueError(f"calendar inputs must be one of {CALENDAR_INPUTS}, got {calendar!r}")
     litres = np.asarray(household.litres, dtype=np.float64)
     targets = _complete_windows(litres, lookback)
     if len(targets) < max(min_windows, 2):
@@ -224,12 +256,19 @@ def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: 
     fit_days = fit_days[np.isfinite(fit_days)]
     if scaler == "minmax":
         offset, scale = float(fit_days.min()), float(fit_days.max() - fit_days.min())
+    elif scaler == "robust":
+        low, median, high = np.percentile(fit_days, [25, 50, 75])
+        offset, scale = float(median), float(high - low)
     else:
         offset, scale = float(fit_days.mean()), float(fit_days.std())
     scale = scale if scale > 0 else 1.0
     scaled = (litres - offset) / scale
     inputs = scaled[targets[:, None] - lookback + np.arange(lookback)[None, :]]
-    x = inputs[..., None].astype(np.float32)
+    x = inputs[..., None]
+    if calendar == "weekday":  # step j of window t is day t - L + j; its input is the weekday of the day after
+        following = household.first_day + (targets[:, None] - lookback + 1 + np.arange(lookback)[None, :])
+        x = np.concatenate([x, weekday_inputs(following)], axis=-1)
+    x = x.astype(np.float32)
     y = scaled[targets].astype(np.float32)
     days = household.first_day + targets[n_train:]
     return ClientWindows(x[:n_train], y[:n_train], x[n_train:], y[n_train:], days, offset, scale)
@@ -264,7 +303,7 @@ class WaterPool:
                 f"run at most {len(self.households)} supernodes or relax the filters"
             )
         return make_windows(self.households[partition_id], config.lookback, config.train_fraction,
-                            config.scaler, config.min_windows)
+                            config.scaler, config.min_windows, config.calendar)
 
 
 def select_pool(households: list[HouseholdDaily], config: WaterDataConfig) -> WaterPool:

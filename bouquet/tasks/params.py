@@ -12,15 +12,18 @@ from dataclasses import dataclass
 
 from bouquet.params import require
 
-__all__ = ["DEFAULT_BATCH_SIZE", "EVALUATIONS", "MODELS", "PERFEDAVG_VARIANTS", "CentralEvalParams", "LSTMParams",
-           "PerFedAvgSettings", "TrainSettings", "VisionModelParams", "VisionTrainSettings"]
+__all__ = ["DEFAULT_BATCH_SIZE", "EVALUATIONS", "FORECAST_BASELINES", "FORECAST_LOSSES", "MODELS",
+           "PERFEDAVG_VARIANTS", "CentralEvalParams", "LSTMParams", "PerFedAvgSettings", "TrainSettings",
+           "VisionModelParams", "VisionTrainSettings"]
 
 #: Mini-batch size of local training (the HK paper's Table 3; the ``batch-size`` key of both tasks).
 DEFAULT_BATCH_SIZE = 32
 #: Image classifiers of the vision task.
 MODELS = ("cnn", "vgg16")
 #: What the water forecaster's output is added to (``LSTMParams.baseline``).
-FORECAST_BASELINES = ("none", "window-mean")
+FORECAST_BASELINES = ("none", "window-mean", "window-median")
+#: Training losses of the water forecaster (``TrainSettings.loss``); the paper's is ``mse``.
+FORECAST_LOSSES = ("mse", "l1", "huber")
 #: Per-FedAvg's two variants: first-order and Hessian-free.
 PERFEDAVG_VARIANTS = ("fo", "hf")
 
@@ -33,11 +36,11 @@ class LSTMParams:
     ----------
     hidden_size : int, default 32
     num_layers : int, default 1
-    baseline : {"none", "window-mean"}, default "none"
+    baseline : {"none", "window-mean", "window-median"}, default "none"
         What the network's output is added to (``forecast-baseline``).  ``none`` is the paper's: the
-        output is the forecast.  ``window-mean``: the output is the deviation from the mean of the
-        look-back window, and the output layer starts at zero, so an untrained model is the window-mean
-        naive forecaster and training can only learn what that forecaster misses.
+        output is the forecast.  ``window-mean`` / ``window-median``: the output is the deviation from
+        the mean / median of the look-back window's use, and the output layer starts at zero, so an
+        untrained model is that naive forecaster and training can only learn what it misses.
     """
 
     hidden_size: int = 32
@@ -61,16 +64,28 @@ class TrainSettings:
         E, the local epochs per round.
     learning_rate : float, default 1e-3
     batch_size : int, default 32
+    loss : {"mse", "l1", "huber"}, default "mse"
+        The training loss on scaled targets (``forecast-loss``).  ``mse`` is the paper's; ``l1`` fits the
+        conditional median, which is what the reported MAE rewards; ``huber`` is quadratic within
+        ``huber_delta`` of the target and linear beyond.
+    huber_delta : float, default 0.1
+        Huber's threshold in scaled units (``forecast-huber-delta``; min-max scaling puts a household's
+        training range in [0, 1]).
     """
 
     epochs: int = 5
     learning_rate: float = 1e-3
     batch_size: int = DEFAULT_BATCH_SIZE
+    loss: str = "mse"
+    huber_delta: float = 0.1
 
     def __post_init__(self) -> None:
         require(self.epochs >= 1, "epochs", f"local epochs must be >= 1, got {self.epochs}")
         require(self.learning_rate > 0, "learning_rate", f"learning rate must be > 0, got {self.learning_rate}")
         require(self.batch_size >= 1, "batch_size", f"batch size must be >= 1, got {self.batch_size}")
+        require(self.loss in FORECAST_LOSSES, "loss",
+                f"forecast-loss must be one of {', '.join(FORECAST_LOSSES)}, got {self.loss!r}")
+        require(self.huber_delta > 0, "huber_delta", f"forecast-huber-delta must be > 0, got {self.huber_delta}")
 
 
 @dataclass(frozen=True)

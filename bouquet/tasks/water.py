@@ -22,58 +22,75 @@ from bouquet.tasks.params import LSTMParams, PerFedAvgSettings, TrainSettings
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
 
 __all__ = ["NAIVE_FORECASTS", "LSTMForecaster", "TrainSettings", "WaterTask", "evaluate_windows", "naive_errors",
-           "naive_forecasts", "naive_litres", "naive_metric", "node_windows", "predict", "proximal_penalty", "train_windows"]
+           "naive_forecasts", "naive_litres", "naive_metric", "node_windows", "predict", "proximal_penalty",
+           "train_windows", "training_loss"]
 
 
 class LSTMForecaster(nn.Module):
-    """LSTM over a (batch, lookback, 1) window -> next-day value (batch,)."""
+    """LSTM over a (batch, lookback, input_size) window -> next-day value (batch,).
+
+    Channel 0 of the window is the scaled use; ``baseline`` (``forecast-baseline``) is read from it.
+    """
 
     def __init__(self, hidden_size: int = LSTMParams.hidden_size, num_layers: int = LSTMParams.num_layers,
-                 baseline: str = LSTMParams.baseline) -> None:
+                 baseline: str = LSTMParams.baseline, input_size: int = 1) -> None:
         super().__init__()
         LSTMParams(hidden_size, num_layers, baseline)  # validates
+        if input_size < 1:
+            raise ValueError(f"input_size must be >= 1, got {input_size}")
         self.baseline = baseline
-        self.lstm = nn.LSTM(input_size=1, hidden_size=hidden_size, num_layers=num_layers, batch_first=True)
+        self.lstm = nn.LSTM(input_size=input_size, hidden_size=hidden_size, num_layers=num_layers, batch_first=True)
         self.head = nn.Linear(hidden_size, 1)
         if baseline != "none":  # starts as the naive forecaster (drawn first, so the LSTM's init is unchanged)
             nn.init.zeros_(self.head.weight)
             nn.init.zeros_(self.head.bias)
 
     @classmethod
-    def from_params(cls, params: LSTMParams) -> LSTMForecaster:
-        """The forecaster ``params`` describe."""
-        return cls(params.hidden_size, params.num_layers, params.baseline)
+    def from_params(cls, params: LSTMParams, input_size: int = 1) -> LSTMForecaster:
+        """The forecaster ``params`` describe, over windows of ``input_size`` channels
+        (:attr:`bouquet.data.water.WaterDataConfig.input_channels`)."""
+        return cls(params.hidden_size, params.num_layers, params.baseline, input_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(x)
         y = self.head(out[:, -1, :]).squeeze(-1)
         if self.baseline == "window-mean":
             y = y + x[:, :, 0].mean(dim=1)
+        elif self.baseline == "window-median":  # interpolated, as numpy.median (torch.median takes the lower)
+            y = y + torch.quantile(x[:, :, 0], 0.5, dim=1)
         return y
 
+
+def training_loss(settings: TrainSettings) -> nn.Module:
+    """The loss ``settings.loss`` names (``forecast-loss``), on scaled targets."""
+    if settings.loss == "l1":
+        return nn.L1Loss()
+    if settings.loss == "huber":
+        return nn.HuberLoss(delta=settings.huber_delta)
+    return nn.MSELoss()
 
 
 def train_windows(model: nn.Module, windows: ClientWindows, settings: TrainSettings,
                   rng: np.random.Generator, penalty: Penalty | None = None) -> float:
-    """Run ``settings.epochs`` epochs of Adam on the training windows, in place.
+    """Run ``settings.epochs`` epochs of Adam on the training windows, in place, minimising ``settings.loss``.
 
     Parameters
     ----------
     rng : numpy.random.Generator
         Draws the shuffling order of every epoch.
     penalty : callable, optional
-        Added to each batch's MSE before the backward pass.
+        Added to each batch's loss before the backward pass.
 
     Returns
     -------
     float
-        Mean training MSE (scaled units) over the last epoch's batches,
-        weighted by batch size.
+        Mean training loss (scaled units; MSE unless ``settings.loss`` says otherwise) over the last
+        epoch's batches, weighted by batch size.
     """
     x = torch.from_numpy(windows.x_train)
     y = torch.from_numpy(windows.y_train)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate)
-    loss_fn = nn.MSELoss()
+    loss_fn = training_loss(settings)
     model.train()
     last = 0.0
     for _ in range(settings.epochs):
@@ -123,23 +140,25 @@ def evaluate_windows(model: nn.Module, windows: ClientWindows) -> dict[str, floa
 
 
 #: The naive forecasters every water result is reported beside (no training, no federation).
-NAIVE_FORECASTS = ("last value", "same day last week", "window mean", "train-days mean")
+NAIVE_FORECASTS = ("last value", "same day last week", "window mean", "window median", "train-days mean")
 
 
 def naive_forecasts(x: np.ndarray, train_mean: float | None = None) -> dict[str, np.ndarray]:
     """Next-day forecasts from the look-back windows alone (scaled units, like the model's).
 
     ``last value``: yesterday's use; ``same day last week``: the use 7 days before the target (needs a
-    look-back of at least 7); ``window mean``: the mean of the look-back (12 days by default);
-    ``train-days mean``: the constant ``train_mean`` (the household's mean over its training targets),
-    when given.  The scaler is affine, so these are the litre forecasts scaled.
+    look-back of at least 7); ``window mean`` / ``window median``: the mean / median of the look-back
+    (12 days by default; the median is the one MAE rewards); ``train-days mean``: the constant
+    ``train_mean`` (the household's mean over its training targets), when given.  The scaler is affine
+    and increasing, so these are the litre forecasts scaled.  Only channel 0 (the use) is read.
     """
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 3 or x.shape[1] < 1:
-        raise ValueError(f"windows must be (n, lookback, 1), got shape {x.shape}")
-    out = {"last value": x[:, -1, 0], "window mean": x[:, :, 0].mean(axis=1)}
+        raise ValueError(f"windows must be (n, lookback, channels), got shape {x.shape}")
+    use = x[:, :, 0]
+    out = {"last value": use[:, -1], "window mean": use.mean(axis=1), "window median": np.median(use, axis=1)}
     if x.shape[1] >= 7:
-        out["same day last week"] = x[:, -7, 0]
+        out["same day last week"] = use[:, -7]
     if train_mean is not None:
         out["train-days mean"] = np.full(len(x), float(train_mean))
     return out
@@ -208,7 +227,10 @@ class WaterTask:
         return len(self.windows.y_train)
 
     def new_model(self) -> nn.Module:
-        return LSTMForecaster.from_params(self.model)
+        return LSTMForecaster.from_params(self.model, self.windows.x_train.shape[2])
+
+    def _loss_fn(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return training_loss(self.training)(model(batch[0]), batch[1])
 
     def training_batch(self, batch_size: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         pick = batch_indices(len(self.windows.y_train), batch_size, rng)
@@ -218,21 +240,26 @@ class WaterTask:
         w = self.windows
         if self.perfedavg is not None:
             return train_perfedavg(model, w.x_train, w.y_train, self.training.epochs, self.training.batch_size,
-                                   self.perfedavg, rng)
+                                   self.perfedavg, rng, loss_fn=self._loss_fn)
         penalty = proximal_penalty(model, proximal_mu) if proximal_mu > 0 else None
         return train_windows(model, w, self.training, rng, penalty=penalty)
 
     def loss(self, model: nn.Module, examples: int, rng: np.random.Generator) -> tuple[float, int]:
-        """Training MSE (scaled) of ``model`` on up to ``examples`` of the household's training windows."""
+        """Training loss (``forecast-loss``, scaled) of ``model`` on up to ``examples`` of the household's
+        training windows."""
         w = self.windows
         pick = batch_indices(len(w.y_train), examples, rng)
-        return float(np.mean((predict(model, w.x_train[pick]) - w.y_train[pick]) ** 2)), len(pick)
+        predicted, target = predict(model, w.x_train[pick]), w.y_train[pick].astype(np.float64)
+        if self.training.loss == "mse":
+            return float(np.mean((predicted - target) ** 2)), len(pick)
+        return float(training_loss(self.training)(torch.from_numpy(predicted), torch.from_numpy(target))), len(pick)
 
     def evaluate(self, model: nn.Module, rng: np.random.Generator) -> dict[str, float]:
         """Held-out errors (:func:`evaluate_windows`); Per-FedAvg personalises first with ``rng``'s batch."""
         w = self.windows
         if self.perfedavg is not None:
-            personalize(model, w.x_train, w.y_train, self.perfedavg.alpha, self.training.batch_size, rng)
+            personalize(model, w.x_train, w.y_train, self.perfedavg.alpha, self.training.batch_size, rng,
+                        loss_fn=self._loss_fn)
         return {**evaluate_windows(model, w), "num-examples": len(w.y_test)}
 
     def poisoned(self, attack: str, scale: float) -> WaterTask:
