@@ -45,6 +45,18 @@ def test_first_order_step_matches_hand_computation():
     np.testing.assert_allclose(model.w.detach().numpy(), expected, rtol=1e-12)
 
 
+def test_adam_meta_step_matches_hand_computation():
+    # Adam's first step from w with gradient g: w - lr * g_hat / (sqrt(v_hat) + eps), g_hat = g, v_hat = g^2
+    w0 = np.array([0.5, 0.5])
+    model = Vector(w0)
+    settings = PerFedAvgSettings("fo", alpha=0.1, beta=0.2, meta_optimizer="adam")
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings.beta)
+    perfedavg_step(model, quadratic, BATCHES, settings, optimizer)
+    a, c = A.numpy(), C.numpy()
+    meta = a @ (w0 - 0.1 * a @ (w0 - c) - c)
+    np.testing.assert_allclose(model.w.detach().numpy(), w0 - 0.2 * meta / (np.abs(meta) + 1e-8), rtol=1e-9)
+
+
 def test_hessian_free_step_matches_hand_computation():
     w0 = np.array([0.5, 0.5])
     model = Vector(w0)
@@ -83,9 +95,13 @@ def test_training_reduces_a_regression_loss():
     after = train_perfedavg(model, x, y, epochs=20, batch_size=16, rng=rng,
                             settings=PerFedAvgSettings("fo", alpha=0.05, beta=0.1))
     assert after < 0.2 * before
+    adam = Vector([0.0, 0.0])
+    after_adam = train_perfedavg(adam, x, y, epochs=20, batch_size=16, rng=np.random.default_rng(0),
+                                 settings=PerFedAvgSettings("fo", alpha=0.05, beta=0.1, meta_optimizer="adam"))
+    assert after_adam < 0.2 * before
 
 
-@pytest.mark.parametrize("kwargs", [{"variant": "so"}, {"alpha": 0.0}, {"delta": -1.0}])
+@pytest.mark.parametrize("kwargs", [{"variant": "so"}, {"alpha": 0.0}, {"delta": -1.0}, {"meta_optimizer": "rmsprop"}])
 def test_settings_validate(kwargs):
     with pytest.raises(ValueError):
         PerFedAvgSettings(**kwargs)

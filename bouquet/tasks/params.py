@@ -102,18 +102,27 @@ class PerFedAvgSettings:
         Outer (meta) step size.
     delta : float, default 0.001
         Finite-difference step of the HF Hessian-vector product.
+    meta_optimizer : {"sgd", "adam"}, default "sgd"
+        How the meta gradient moves the model (``perfedavg-meta-optimizer``): ``sgd`` is Fallah et al.'s
+        plain step ``w - beta g``; ``adam`` feeds ``g`` to Adam with learning rate ``beta`` (fresh each
+        round, as the other methods' local Adam), the optimizer the HK paper says all its methods share.
+        With ``sgd`` and beta 0.001 the LSTM barely leaves its initialisation in 10 rounds (one DAIAD
+        household's mean scaled forecast moves from -0.029 to -0.016 while its targets average 0.23).
     """
 
     variant: str = "fo"
     alpha: float = 0.01
     beta: float = 0.001
     delta: float = 0.001
+    meta_optimizer: str = "sgd"
 
     def __post_init__(self) -> None:
         require(self.variant in PERFEDAVG_VARIANTS, "variant",
                 f"Per-FedAvg variant must be 'fo' or 'hf', got {self.variant!r}")
         for name in ("alpha", "beta", "delta"):
             require(getattr(self, name) > 0, name, f"alpha, beta and delta must be > 0, got {self}")
+        require(self.meta_optimizer in ("sgd", "adam"), "meta_optimizer",
+                f"perfedavg-meta-optimizer must be 'sgd' or 'adam', got {self.meta_optimizer!r}")
 
 
 @dataclass(frozen=True)

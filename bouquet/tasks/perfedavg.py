@@ -11,7 +11,8 @@ with the Hessian-vector product ``H v`` approximated by the central finite
 difference ``(grad f(w + delta v) - grad f(w - delta v)) / (2 delta)`` (the
 paper's Hessian-free variant).  Evaluation personalises the received model
 with one step ``w - alpha * grad f(w; D_train)`` before testing
-(:func:`personalize`).  Steps are plain gradient steps as in the paper.
+(:func:`personalize`).  Steps are plain gradient steps as in the paper; the meta step can instead go
+through Adam (``meta_optimizer = "adam"``, learning rate beta).
 """
 
 from __future__ import annotations
@@ -43,8 +44,12 @@ def _set(model: nn.Module, values: list[torch.Tensor]) -> None:
 
 
 def perfedavg_step(model: nn.Module, loss_fn: Loss, batches: tuple[Batch, Batch, Batch],
-                   settings: PerFedAvgSettings) -> None:
-    """One Per-FedAvg local iteration on ``(D, D', D'')``, in place."""
+                   settings: PerFedAvgSettings, optimizer: torch.optim.Optimizer | None = None) -> None:
+    """One Per-FedAvg local iteration on ``(D, D', D'')``, in place.
+
+    ``optimizer`` (over ``model``'s parameters) takes the meta step from ``w`` with the meta gradient as
+    the gradient; without one the step is ``w - beta * meta``.
+    """
     first, second, third = batches
     w = [p.detach().clone() for p in model.parameters()]
     g = _grads(model, loss_fn, first)
@@ -57,7 +62,13 @@ def perfedavg_step(model: nn.Module, loss_fn: Loss, batches: tuple[Batch, Batch,
         minus = _grads(model, loss_fn, third)
         hvp = [(a - b) / (2 * settings.delta) for a, b in zip(plus, minus)]
         meta = [mi - settings.alpha * hi for mi, hi in zip(meta, hvp)]
-    _set(model, [wi - settings.beta * mi for wi, mi in zip(w, meta)])
+    if optimizer is None:
+        _set(model, [wi - settings.beta * mi for wi, mi in zip(w, meta)])
+        return
+    _set(model, w)
+    for p, mi in zip(model.parameters(), meta):
+        p.grad = mi
+    optimizer.step()
 
 
 def _batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, rng: np.random.Generator) -> Iterator[Batch]:
@@ -75,13 +86,16 @@ def mse_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
 
 def train_perfedavg(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int, batch_size: int,
                     settings: PerFedAvgSettings, rng: np.random.Generator, loss_fn: Loss = mse_loss) -> float:
-    """``epochs`` passes of Per-FedAvg iterations (each consumes three batches); returns the last MSE seen."""
+    """``epochs`` passes of Per-FedAvg iterations (each consumes three batches); returns the loss on all of
+    ``(x, y)`` after them.  The meta step is plain (``settings.meta_optimizer = "sgd"``) or Adam's, with a
+    fresh Adam each call."""
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
     stream = _batches(xt, yt, batch_size, rng)
     steps = max(1, epochs * int(np.ceil(len(y) / batch_size)) // 3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings.beta) if settings.meta_optimizer == "adam" else None
     model.train()
     for _ in range(steps):
-        perfedavg_step(model, loss_fn, (next(stream), next(stream), next(stream)), settings)
+        perfedavg_step(model, loss_fn, (next(stream), next(stream), next(stream)), settings, optimizer)
     with torch.no_grad():
         return float(loss_fn(model, (xt, yt)))
 
