@@ -14,8 +14,8 @@ last: ``paper``, ``window-mean`` / ``window-median`` (``forecast-baseline``), ``
 changes on top of it (``+robust`` scaler, ``+lr3e-3``, ``+64-units``).  Scaling and calendar inputs leave
 the test days and litres unchanged, so every variant is scored on the naive forecasters' windows.
 Prints one table (mean MAE over households, skill against the best naive forecaster, share of households
-beating their own best naive forecast) and writes it as ``probe.csv`` / ``probe.md`` under ``--out``;
-rows already in ``probe.csv`` are not computed again.
+beating their own best naive forecast) and writes it as ``probe.md`` under ``--out``; the rows go to
+``probe.csv`` after each household, and rows already there are not computed again.
 """
 
 from __future__ import annotations
@@ -65,11 +65,13 @@ def data_config(data: str, path: str | None):
 
 
 def probe(data: str, path: str | None, households: int, epochs: list[int], variants: list[str], seed: int,
-          done: pd.DataFrame) -> pd.DataFrame:
+          done: pd.DataFrame, saved: Path | None = None) -> pd.DataFrame:
+    """Every row of ``done`` plus the missing ones; with ``saved``, the rows so far are written there after
+    each household (an interrupted probe resumes from the last household written)."""
     config = data_config(data, path)
     pool = load_pool(config)
     configs = {variant: app_config(data, path, VARIANTS[variant]) for variant in variants}
-    rows = []
+    rows, frame = [], done
     for index in range(min(households, len(pool))):
         naive = naive_errors(pool.client(index, config))
         rows += [{"household": index, "variant": f"naive: {name}", "epochs": 0, "mae": mae}
@@ -87,9 +89,12 @@ def probe(data: str, path: str | None, households: int, epochs: list[int], varia
                 train_windows(model, windows, training, np.random.default_rng([seed, index]))
                 rows.append({"household": index, "variant": variant, "epochs": budget,
                              "mae": evaluate_windows(model, windows)["mae-litres"]})
+        frame = pd.concat([done, pd.DataFrame(rows)], ignore_index=True).drop_duplicates(
+            ["household", "variant", "epochs"], keep="first")
+        if saved is not None:
+            frame.to_csv(saved, index=False)
         print(f"household {index + 1}/{min(households, len(pool))} done", flush=True)
-    new = pd.DataFrame(rows)
-    return pd.concat([done, new], ignore_index=True).drop_duplicates(["household", "variant", "epochs"], keep="first")
+    return frame
 
 
 def summarise(frame: pd.DataFrame) -> pd.DataFrame:
@@ -126,8 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "probe.csv"
     done = pd.read_csv(saved) if saved.exists() else pd.DataFrame(columns=["household", "variant", "epochs", "mae"])
-    frame = probe(args.data, args.data_path, args.households, args.epochs, variants, args.seed, done)
-    frame.to_csv(saved, index=False)
+    frame = probe(args.data, args.data_path, args.households, args.epochs, variants, args.seed, done, saved)
     table = summarise(frame)
     (out / "probe.md").write_text(markdown_table(table))
     print(markdown_table(table))
