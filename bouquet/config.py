@@ -5,7 +5,7 @@ Each component owns a frozen params class with its defaults and validation (``HK
 *section*) and :data:`KEYS` maps every kebab-case run-config key to the field it sets: by default the
 key is the section's prefix plus the field name with ``_`` -> ``-``; a few keys are named otherwise
 (``local-epochs`` sets ``water_train.epochs``), and three are shared by two sections (``batch-size``,
-``data-seed``, ``sckm-layer-combine``), whose classes take that default from one constant.  Defaults
+``data-seed``, ``sckm-layer-combine``, ``sckm-sign``), whose classes take that default from one constant.  Defaults
 are read from the classes, so each lives in one place; ``pyproject.toml``'s ``[tool.flwr.app.config]``
 repeats them for ``flwr run`` (a test checks both agree).
 
@@ -218,7 +218,7 @@ _SECTIONS = (
     _Section("attack", AttackParams, prefix="attack-", rename={"attack": "attack"}),
     _Section("checkpoint", CheckpointParams, prefix="checkpoint-",
              rename={"resume_from": "resume-from", "allow_new_rounds": "resume-allow-rounds"}),
-    _Section("sckm_select", SCKMSelectSelector, rename={"layer_combine": "sckm-layer-combine"}),
+    _Section("sckm_select", SCKMSelectSelector, rename={"layer_combine": "sckm-layer-combine", "sign": "sckm-sign"}),
     _Section("sckm_cluster", SCKMClusterSelector, prefix="sckm-"),
     _Section("power_of_choice", PowerOfChoiceSelector, prefix="pow-"),
     _Section("afl", AFLSelector, prefix="afl-"),

@@ -131,7 +131,8 @@ def test_fedcor_warms_up_then_favours_clients_correlated_with_high_losses():
 @pytest.mark.parametrize("selector, field", [
     (lambda: FedCorSelector(warmup=-1), "warmup"), (lambda: SCKMClusterSelector(min_clusters=0), "min_clusters"),
     (lambda: SCKMSelectSelector(layer_combine="sum"), "layer_combine"), (lambda: AFLSelector(alpha1=1.0), "alpha1"),
-    (lambda: PowerOfChoiceSelector(d=-2), "d")])
+    (lambda: PowerOfChoiceSelector(d=-2), "d"), (lambda: SCKMSelectSelector(sign=0), "sign"),
+    (lambda: SCKMClusterSelector(sign=2), "sign")])
 def test_bad_selector_parameters_name_their_field(selector, field):
     from bouquet.params import ParamError
 
@@ -177,3 +178,29 @@ def test_candidates_subset_keeps_every_row_attribute_of_the_chosen_positions():
     np.testing.assert_array_equal(sub.num_examples, [7.0, 5.0])
     np.testing.assert_array_equal(sub.last_round, [3, -1])
     assert len(cands.subset([])) == 0 and Candidates(ids=[1]).subset([0]).losses is None
+
+
+def test_sckm_sign_minus_one_ranks_by_minus_eta_the_bottom_of_sign_one():
+    # eta is odd in G (eq. 8 is cubic): scoring -G is ranking by -eta; without ties, top-B of -1 = bottom-B of 1
+    cands = _candidates(k=10, d=8, seed=3)
+    up, down = SCKMSelectSelector(), SCKMSelectSelector(sign=-1)
+    _, eta_up = up.scores(cands)
+    _, eta_down = down.scores(cands)
+    np.testing.assert_allclose(eta_down, -eta_up, rtol=1e-12)
+    picked = down.select(cands, 3, np.random.default_rng(0)).indices
+    assert sorted(picked.tolist()) == sorted(np.argsort(eta_up)[:3].tolist())
+    assert SCKMClusterSelector(sign=-1).select(cands, 3, np.random.default_rng(0)).indices.size == 3
+
+
+def test_classifier_combine_scores_the_output_layer_alone():
+    from bouquet.algorithms.sckm import layer_coordinate_weights, sckm_eta
+
+    cands = _candidates(k=8, d=9, seed=4)
+    cands = Candidates(ids=cands.ids, sketches=cands.sketches, layer_sizes=[4, 3, 2], losses=cands.losses,
+                       num_examples=cands.num_examples, last_round=cands.last_round)
+    weights = layer_coordinate_weights(cands.sketches, [4, 3, 2], "classifier")
+    assert weights.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 1]  # the last two tensors: the output weight and bias
+    _, eta = SCKMSelectSelector(layer_combine="classifier").scores(cands)
+    last = cands.sketches[:, 4:]
+    np.testing.assert_allclose(eta * 9 / 5, sckm_eta(last), rtol=1e-9)  # eq. 8's mean over the 5 coordinates
+    assert layer_coordinate_weights(cands.sketches, [9], "classifier").tolist() == [1.0] * 9

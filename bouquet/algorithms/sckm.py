@@ -36,7 +36,7 @@ __all__ = ["LAYER_COMBINE", "ClusterSelection", "average_cardinality", "budget_p
            "sketch_indices", "sketch_size"]
 
 #: How per-layer scores combine (see :func:`layer_coordinate_weights`).
-LAYER_COMBINE = ("normalized", "mean", "concat")
+LAYER_COMBINE = ("normalized", "mean", "concat", "classifier")
 
 
 # ------------------------------------------------------------------ sketches
@@ -84,14 +84,18 @@ def layer_coordinate_weights(sketches: np.ndarray, layer_sketch_sizes: Sequence[
       score is scale-free (gradient scales differ across layers by orders of
       magnitude, and SCKM is cubic in them).  The paper applies SCKM
       "layer-wise" (Sec. 3.1.2) without saying how layers combine; this
-      reading lets every layer count.
+      reading lets every layer count;
+    * ``"classifier"``: ``c = 1`` on the last two tensors (the output layer's
+      weight and bias in every model here; the only tensor when there is
+      one) and 0 elsewhere: eq. (8) on "a designated layer" (Sec. 3.1.2),
+      the classifier.
 
     Parameters
     ----------
     sketches : (K, d') array
     layer_sketch_sizes : sequence of int
         Sketched coordinates per layer, in order; sums to d'.
-    combine : {"normalized", "mean", "concat"}
+    combine : {"normalized", "mean", "concat", "classifier"}
 
     Returns
     -------
@@ -105,6 +109,9 @@ def layer_coordinate_weights(sketches: np.ndarray, layer_sketch_sizes: Sequence[
         raise ValueError(f"layer sketch sizes {sizes.tolist()} do not partition {d} coordinates")
     if combine == "concat":
         return np.ones(d)
+    if combine == "classifier":
+        last = int(sizes[-2:].sum())
+        return np.concatenate([np.zeros(d - last), np.ones(last)])
     per_layer = np.cbrt(d / (len(sizes) * sizes.astype(float)))
     if combine == "normalized":
         bounds = np.concatenate([[0], np.cumsum(sizes)])

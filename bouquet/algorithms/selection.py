@@ -191,27 +191,40 @@ class RandomSelector(Selector):
         return Choice(np.sort(rng.choice(len(candidates), size=budget, replace=False)))
 
 
-def _weighted_sketches(candidates: Candidates, combine: str) -> np.ndarray:
+def _weighted_sketches(candidates: Candidates, combine: str, sign: int = 1) -> np.ndarray:
+    """``sign`` x the sketches, layer-weighted by ``combine``.  eta is odd (eq. 8 is cubic), so ``sign = -1``
+    ranks by -eta: top-B on gradients is bottom-B on the model deltas ``-lr g`` they step along."""
     g = np.asarray(candidates.sketches, dtype=np.float64)
     sizes = candidates.layer_sizes or [g.shape[1]]
-    return g * layer_coordinate_weights(g, sizes, combine)
+    weights = layer_coordinate_weights(g, sizes, combine)
+    return g * (weights if sign == 1 else -weights)
+
+
+def _check_sign(sign: int) -> None:
+    require(sign in (1, -1), "sign", f"sckm-sign must be 1 or -1, got {sign}")
 
 
 @dataclass(frozen=True)
 class SCKMSelectSelector(Selector):
-    """SCKM-Select (Algorithm 1) with layer combination ``layer_combine``."""
+    """SCKM-Select (Algorithm 1) with layer combination ``layer_combine`` on ``sign`` x the sketches.
+
+    ``sign`` (``sckm-sign``, 1 or -1; default 1) is the sign the sketches are scored with; the paper does not
+    say whether its top-B is on gradients (1) or on model deltas (-1), and eta(-G) = -eta(G).
+    """
 
     layer_combine: str = DEFAULT_LAYER_COMBINE
+    sign: int = 1
     name: ClassVar[str] = "sckm-select"
     needs: ClassVar[tuple[str, ...]] = ("sketches",)
 
     def __post_init__(self) -> None:
         require(self.layer_combine in LAYER_COMBINE, "layer_combine",
                 f"sckm-layer-combine must be one of {LAYER_COMBINE}, got {self.layer_combine!r}")
+        _check_sign(self.sign)
 
     def scores(self, candidates: Candidates) -> tuple[np.ndarray, np.ndarray]:
         """The layer-weighted sketches and each candidate's eta (eq. 9), what :meth:`select` ranks by."""
-        g = _weighted_sketches(candidates, self.layer_combine)
+        g = _weighted_sketches(candidates, self.layer_combine, self.sign)
         return g, (sckm_eta(g) if len(g) > 1 else np.zeros(1))
 
     def select(self, candidates: Candidates, budget: int, rng: np.random.Generator, state: Any = None) -> Choice:
@@ -224,9 +237,14 @@ class SCKMSelectSelector(Selector):
 
 @dataclass(frozen=True)
 class SCKMClusterSelector(Selector):
-    """SCKM-Cluster (Algorithm 2): elbow over C in [min_clusters, B], k-medoids, SCKM-Select per cluster."""
+    """SCKM-Cluster (Algorithm 2): elbow over C in [min_clusters, B], k-medoids, SCKM-Select per cluster.
+
+    ``sign`` as :class:`SCKMSelectSelector`'s.  Eq. (8) is odd, so ``sign = -1`` reverses the order of the
+    pair scores too: the clusters change with it, not only the picks within them.
+    """
 
     layer_combine: str = DEFAULT_LAYER_COMBINE
+    sign: int = 1
     min_clusters: int = 1
     sample_size: int = 1000
     name: ClassVar[str] = "sckm-cluster"
@@ -235,12 +253,13 @@ class SCKMClusterSelector(Selector):
     def __post_init__(self) -> None:
         require(self.layer_combine in LAYER_COMBINE, "layer_combine",
                 f"sckm-layer-combine must be one of {LAYER_COMBINE}, got {self.layer_combine!r}")
+        _check_sign(self.sign)
         require(self.min_clusters >= 1, "min_clusters", f"sckm-min-clusters must be >= 1, got {self.min_clusters}")
         require(self.sample_size >= 1, "sample_size", f"sckm-sample-size must be >= 1, got {self.sample_size}")
 
     def select(self, candidates: Candidates, budget: int, rng: np.random.Generator, state: Any = None) -> Choice:
         self._checked(candidates, budget)
-        g = _weighted_sketches(candidates, self.layer_combine)
+        g = _weighted_sketches(candidates, self.layer_combine, self.sign)
         result = sckm_cluster(g, budget, rng, min_clusters=self.min_clusters, last_round=candidates.last_round,
                               sample_size=self.sample_size)
         return Choice(result.selected, {"clusters": result.n_clusters, "cluster-budgets": result.budgets.tolist(),
