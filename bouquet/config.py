@@ -42,6 +42,7 @@ from bouquet.data.water import WaterDataConfig
 from bouquet.params import ParamError
 from bouquet.strategies.params import (
     ROBUST_RULES,
+    UPDATE_SELECTOR_NEEDS,
     CoalitionParams,
     ModelStoreParams,
     ProximalParams,
@@ -396,6 +397,21 @@ class AppConfig:
         if spec.family == "ifca" and self.ifca.k > self.sampling.clients_per_round:
             raise ConfigError(f"run-config 'ifca-k': {self.ifca.k} clusters is more than the "
                               f"{self.sampling.clients_per_round} clients per round (clients-per-round)")
+        if self.selection.sketch_source == "local-update":
+            needs = [n for n in self.selector().needs if n not in UPDATE_SELECTOR_NEEDS]
+            if needs:
+                raise ConfigError(f"run-config 'selection': {self.run.selection!r} needs {', '.join(needs)}, which "
+                                  f"training replies do not carry; sketch-source 'local-update' chooses among "
+                                  f"trained updates by their sketches (random, sckm-select, sckm-cluster, ...)")
+            if spec.family == "ifca" or self.selection.mode == "piggyback":
+                key = "strategy" if spec.family == "ifca" else "selection-mode"
+                raise ConfigError(f"run-config {key!r}: sketch-source 'local-update' trains every candidate and "
+                                  f"chooses among their updates; it does not combine with "
+                                  f"{'IFCA' if key == 'strategy' else 'piggyback sketches'}")
+            if 0 < self.selection.candidates_per_round < self.sampling.clients_per_round:
+                raise ConfigError(f"run-config 'candidates-per-round': {self.selection.candidates_per_round} "
+                                  f"trained candidates cannot give {self.sampling.clients_per_round} updates "
+                                  f"(clients-per-round)")
         if spec.family == "ifca" and self.run.selection != "random":
             raise ConfigError(f"run-config 'selection': IFCA draws its clients itself (uniformly) and assigns them "
                               f"by loss; selection {self.run.selection!r} cannot be combined with it")

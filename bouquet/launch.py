@@ -25,7 +25,7 @@ from bouquet.processes import (
     wait_until,
 )
 
-__all__ = ["LocalSuperLink", "free_port", "local_superlink", "offline_env"]
+__all__ = ["LocalSuperLink", "failed_runs", "free_port", "local_superlink", "offline_env"]
 
 
 @dataclass
@@ -49,6 +49,12 @@ class LocalSuperLink:
         if federation_config:
             args += ["--federation-config", federation_config]
         return flwr(args, self.flwr_home, timeout=timeout, capture=capture)
+
+    def run_statuses(self) -> str:
+        """``flwr ls`` of this SuperLink (every run's status and, for a failed one, Flower's details, e.g. "No
+        heartbeat received from the task"), or why it could not be listed."""
+        done = flwr(["ls", self.connection, "--format", "json"], self.flwr_home, timeout=60)
+        return done.stdout if done.returncode == 0 else f"flwr ls failed: {done.stdout}{done.stderr}"
 
     def stop(self) -> None:
         """Terminate the SuperLink (and the processes it started) by PID."""
@@ -184,7 +190,24 @@ def main(argv: list[str] | None = None) -> int:
         with local_superlink(Path(workdir), env=env) as link:
             print(f"bouquet: private SuperLink on 127.0.0.1:{link.port} (pid {link.process.pid})", flush=True)
             done = link.flwr_run(Path(args.app), args.run_config, federation, timeout=None, capture=False)
-    return done.returncode
+            failed = failed_runs(link.run_statuses())
+    for line in failed:  # flwr run --stream exits 0 whatever became of the run
+        print(f"bouquet: {line}", flush=True)
+    return done.returncode or (1 if failed else 0)
+
+
+def failed_runs(statuses: str) -> list[str]:
+    """One line per run of ``flwr ls --format json`` output that did not finish ``completed`` (status and
+    Flower's details); a listing that is not JSON is one line itself."""
+    import json
+
+    try:
+        runs = json.loads(statuses).get("runs", [])
+    except (ValueError, AttributeError):
+        return [f"could not read the runs' status: {statuses.strip()[:500]}"]
+    return [f"run {r.get('run-id')} ended {r.get('status')}" + (f": {r['status-details']}" if r.get("status-details")
+                                                               else "")
+            for r in runs if r.get("status") != "finished:completed"]
 
 
 if __name__ == "__main__":

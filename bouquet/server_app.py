@@ -57,6 +57,7 @@ from bouquet.strategies.robust import FlowerRobustRule
 from bouquet.strategies.sampling import Sampler, UniformSampler
 from bouquet.strategies.selection import SketchSelection
 from bouquet.strategies.strategy import BouquetStrategy
+from bouquet.strategies.update_selection import UpdateSelection
 from bouquet.tasks.vision import accuracy, batch_indices, make_model
 from bouquet.tasks.water import NAIVE_FORECASTS, LSTMForecaster, naive_metric
 
@@ -110,8 +111,12 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
     central_only = config.run.task == "vision" and config.central.mode == "central"
     sampling = dataclasses.replace(config.sampling, min_evaluate_nodes=1, min_available_nodes=1,
                                    fraction_evaluate=0.0 if central_only else config.sampling.fraction_evaluate)
+    by_updates = config.selection.sketch_source == "local-update"  # every candidate trains; selection filters
     if config.spec.family == "ifca":
         sampler: Sampler = IFCASampler(config.ifca, sampling, config.selection.query_timeout)
+    elif by_updates:
+        sampler = UniformSampler(dataclasses.replace(
+            sampling, clients_per_round=config.selection.candidates_per_round or None, fraction_train=1.0))
     elif config.run.selection == "random":
         sampler = UniformSampler(sampling)
     else:
@@ -123,6 +128,9 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
         if config.spec.family == "hk" and config.coalitions.record_trajectories:
             observers.append(TrajectoryWriter(recorder.folder / "trajectories"))
     aggregator = _aggregator(config)
+    if by_updates:
+        aggregator = UpdateSelection(aggregator, config.selector(), config.sampling.clients_per_round,
+                                     config.selection.sketch_fraction)
     if config.attack.active:
         aggregator = AttackHarness(aggregator, config.attack)
     return BouquetStrategy(sampler=sampler, aggregator=aggregator, models=_models(config, cluster_models),

@@ -101,7 +101,7 @@ def run_app(tmp_path, superlink):
                                   federation_config=f"num-supernodes={supernodes} client-resources-num-cpus=1")
         if check:  # flwr run --stream exits 0 even when the ServerApp raised: the summary is the proof
             assert done.returncode == 0 and (results / "e2e" / "summary.json").exists(), \
-                done.stdout[-4000:] + done.stderr[-4000:]
+                done.stdout[-4000:] + done.stderr[-4000:] + "\nSuperLink runs: " + superlink.run_statuses()
         return results / "e2e", done.stdout + done.stderr
 
     return run

@@ -5,6 +5,7 @@ tests/test_regression.py, which pins their numbers too; here: a bad run config, 
 two drop-in Flower apps that are not ours.
 """
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -70,3 +71,24 @@ def test_sckm_selection_drops_into_a_foreign_torch_app(superlink):
     assert [int(parts[0]) for parts in lines] == [1, 2]
     assert all(int(parts[1]) == 2 and int(parts[2]) == 4 * 2 * 4 for parts in lines)  # 4 nodes x 2 layers x 4 B
     assert "FOREIGN-SKETCH-FINAL True" in output
+
+
+def test_selection_of_trained_updates_runs_end_to_end(run_app):
+    # sketch-source local-update: all 4 nodes train, SCKM keeps 2 of their updates (issue 22)
+    folder, stdout = run_app('task="vision" selection="sckm-select" sketch-source="local-update" strategy="fedavg" '
+                             "num-server-rounds=2 clients-per-round=2 local-batches=2", supernodes=4)
+    train = RunFolder(folder).rounds("train")
+    assert [(r["updates-trained"], r["updates-aggregated"]) for r in train] == [(4, 2), (4, 2)]
+    assert all(len(r["update-nodes"]) == 2 for r in train)
+    assert "Selection of updates: sckm-select keeps 2" in stdout
+
+
+def test_the_improved_forecaster_runs_end_to_end_beside_the_naive_forecasts(run_app):
+    folder, stdout = run_app('forecaster="improved" strategy="fedavg" num-server-rounds=2 clients-per-round=3 '
+                             "local-epochs=1 synthetic-households=150 active-factor=0.5", supernodes=3)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["best-naive"] in summary["naive-mae-litres"] and "window median" in summary["naive-mae-litres"]
+    assert abs(summary["skill-vs-best-naive"]) < 0.2  # it starts as the window median, 2 short rounds later
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["forecaster"], config["calendar-inputs"], config["forecast-loss"]) == ("improved", "weekday", "l1")
+    assert "the best naive forecast; skill" in stdout

@@ -63,3 +63,15 @@ def test_resume_reuses_the_folders_config_and_adds_resume_from(tmp_path):
         resume_overrides(tmp_path / "absent")
     with pytest.raises(ValueError, match="double quote"):
         format_overrides({"run-name": 'a"b'})
+
+
+def test_failed_runs_name_every_run_that_did_not_complete():
+    from bouquet.launch import failed_runs
+
+    listing = ('{"success": true, "runs": [{"run-id": "1", "status": "finished:completed", "status-details": ""},'
+               ' {"run-id": "2", "status": "finished:failed", "status-details": "No heartbeat received from the task"},'
+               ' {"run-id": "3", "status": "running", "status-details": ""}]}')
+    assert failed_runs(listing) == ["run 2 ended finished:failed: No heartbeat received from the task",
+                                    "run 3 ended running"]
+    assert failed_runs('{"runs": []}') == []
+    assert failed_runs("flwr ls failed: connection refused")[0].startswith("could not read the runs' status")

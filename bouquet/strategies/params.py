@@ -13,11 +13,28 @@ from dataclasses import dataclass
 
 from bouquet.params import require
 
-__all__ = ["COALITION_MODELS", "MODES", "OPINION_SPACES", "ROBUST_RULES", "WEIGHTINGS", "CoalitionParams",
-           "ModelStoreParams", "ProximalParams", "RobustRuleParams", "SamplingParams", "SelectionParams"]
+__all__ = [
+    "COALITION_MODELS",
+    "MODES",
+    "OPINION_SPACES",
+    "ROBUST_RULES",
+    "SKETCH_SOURCES",
+    "UPDATE_SELECTOR_NEEDS",
+    "WEIGHTINGS",
+    "CoalitionParams",
+    "ModelStoreParams",
+    "ProximalParams",
+    "RobustRuleParams",
+    "SamplingParams",
+    "SelectionParams",
+]
 
 #: How sketch-based selection learns about clients.
 MODES = ("query", "piggyback")
+#: What SCKM sketches (``SelectionParams.sketch_source``).
+SKETCH_SOURCES = ("global-gradient", "local-update")
+#: What a selector may need to choose among trained updates (replies carry no loss).
+UPDATE_SELECTOR_NEEDS = ("sketches", "num_examples")
 #: What HK's opinions are: the trained models (the paper) or their updates.
 OPINION_SPACES = ("weights", "updates")
 #: How members count in their coalition's barycenter.
@@ -96,6 +113,12 @@ class SelectionParams:
         Seconds to wait for query replies; late or failed nodes are not selectable that round.
     max_sketch_age : int, default 5
         Piggyback: a sketch older than this many rounds counts as unexplored.
+    sketch_source : {"global-gradient", "local-update"}, default "global-gradient"
+        ``global-gradient`` (as built first): the sketch is a batch gradient at the global model, taken
+        before training, and only the selected clients train.  ``local-update``: every candidate trains
+        and the selector chooses whose updates are aggregated, from sketches of the updates
+        (:class:`bouquet.strategies.update_selection.UpdateSelection`; SCKM paper Section 6.1, "all
+        clients take part in local training", and eqs. 1-2).
     """
 
     mode: str = "query"
@@ -104,9 +127,12 @@ class SelectionParams:
     candidates_per_round: int = 0
     query_timeout: float = 600.0
     max_sketch_age: int = 5
+    sketch_source: str = "global-gradient"
 
     def __post_init__(self) -> None:
         require(self.mode in MODES, "mode", f"selection mode must be one of {MODES}, got {self.mode!r}")
+        require(self.sketch_source in SKETCH_SOURCES, "sketch_source",
+                f"sketch-source must be one of {', '.join(SKETCH_SOURCES)}, got {self.sketch_source!r}")
         require(0 < self.sketch_fraction <= 1, "sketch_fraction",
                 f"sketch-fraction must be in (0, 1], got {self.sketch_fraction}")
         require(self.sketch_batch_size >= 1, "sketch_batch_size",
