@@ -71,7 +71,8 @@ TASKS = ("water", "vision")
 #: (scripts/forecaster_probe.py; docs/RESULTS.md, "A forecaster worth federating").
 FORECASTERS: dict[str, dict[str, Any]] = {
     "paper": {},
-    "improved": {"forecast-baseline": "window-median", "forecast-loss": "l1", "calendar-inputs": "weekday"},
+    "improved": {"forecast-baseline": "window-median", "forecast-loss": "l1", "calendar-inputs": "weekday",
+                 "household-inputs": "profile"},
 }
 
 #: Strategy families and their variants (the part of the name after the family).
@@ -199,7 +200,8 @@ _SECTIONS = (
     _Section("proximal", ProximalParams, prefix="proximal-"),
     _Section("perfedavg", PerFedAvgSettings, prefix="perfedavg-", skip=("variant",)),
     _Section("water_data", WaterDataConfig,
-             rename={"source": "data-source", "path": "data-path", "calendar": "calendar-inputs"},
+             rename={"source": "data-source", "path": "data-path", "calendar": "calendar-inputs",
+                     "household": "household-inputs"},
              skip=("synthetic", "cleaning")),
     _Section("water_model", LSTMParams, rename={"baseline": "forecast-baseline"}),
     _Section("water_train", TrainSettings, rename={"epochs": "local-epochs", "loss": "forecast-loss",

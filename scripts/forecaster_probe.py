@@ -10,8 +10,8 @@ and is scored on its own test windows, in litres/day, beside the naive forecaste
 (:func:`bouquet.tasks.water.naive_errors`).  Each variant (``--variants``, :data:`VARIANTS`) is a set of
 run-config keys over the paper's protocol, applied one at a time so each change is measured beside the
 last: ``paper``, ``window-mean`` / ``window-median`` (``forecast-baseline``), ``+l1`` / ``+huber``
-(``forecast-loss``), ``+weekday`` (``calendar-inputs``), ``improved`` (the ``forecaster`` preset) and
-changes on top of it (``+robust`` scaler, ``+lr3e-3``, ``+64-units``).  Scaling and calendar inputs leave
+(``forecast-loss``), ``+weekday`` (``calendar-inputs``), ``+profile`` (``household-inputs``), ``improved``
+(the ``forecaster`` preset: all four) and changes on top of it (``+robust`` scaler, ``+lr3e-3``, ``+64-units``).  Scaling and calendar inputs leave
 the test days and litres unchanged, so every variant is scored on the naive forecasters' windows.
 Prints one table (mean MAE over households, skill against the best naive forecaster, share of households
 beating their own best naive forecast) and writes it as ``probe.md`` under ``--out``; the rows go to
@@ -42,6 +42,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     "window-median+huber": {"forecast-baseline": "window-median", "forecast-loss": "huber"},
     "window-median+l1": {"forecast-baseline": "window-median", "forecast-loss": "l1"},
     "paper+l1+weekday": {"forecast-loss": "l1", "calendar-inputs": "weekday"},
+    "window-median+l1+weekday": {"forecast-baseline": "window-median", "forecast-loss": "l1",
+                                 "calendar-inputs": "weekday"},
+    "paper+profile": {"household-inputs": "profile"},
     "improved": {"forecaster": "improved"},
     "improved+robust": {"forecaster": "improved", "scaler": "robust"},
     "improved+lr3e-3": {"forecaster": "improved", "learning-rate": 0.003},

@@ -14,7 +14,7 @@ def test_probe_scores_each_variant_beside_the_naive_forecasters_and_resumes(tmp_
     frame = pd.read_csv(tmp_path / "synthetic-2" / "probe.csv")
     assert set(frame["variant"]) == {"paper", "window-mean", "window-median", "improved", "naive: last value",
                                      "naive: same day last week", "naive: window mean", "naive: window median",
-                                     "naive: train-days mean"}
+                                     "naive: train-days mean", "naive: train-days weekday mean"}
     assert len(frame[frame["variant"] == "paper"]) == 2 and (frame["mae"] > 0).all()
     # an untrained-then-briefly-trained residual model stays near the window mean it starts from
     residual = frame[frame["variant"] == "window-mean"]["mae"].mean()

@@ -267,12 +267,37 @@ def test_weekday_inputs_and_robust_scaling_by_hand():
         make_windows(household, lookback=7, calendar="holidays")
 
 
+def test_household_profile_inputs_and_the_weekday_naive_forecaster_by_hand():
+    from bouquet.data.water import HouseholdDaily, make_windows, weekday_profile
+    from bouquet.tasks.water import naive_errors, naive_litres
+
+    monday = np.datetime64("2026-12-07")
+    np.testing.assert_allclose(weekday_profile([1.0, 2.0, 3.0, 5.0], monday + np.array([0, 1, 7, 8])),
+                               [2.0, 3.5, 2.75, 2.75, 2.75, 2.75, 2.75])  # Mon, Tue; the rest: overall mean
+    weekly = np.tile([100.0, 100.0, 100.0, 100.0, 100.0, 300.0, 300.0], 8)  # weekends use three times more
+    household = HouseholdDaily("h", monday, weekly)
+    plain = make_windows(household, lookback=7, train_fraction=0.5)
+    windows = make_windows(household, lookback=7, train_fraction=0.5, household_inputs="profile")
+    assert windows.x_train.shape[2] == 3
+    np.testing.assert_array_equal(windows.x_train[..., 0], plain.x_train[..., 0])
+    train_mean = float(np.mean(windows.y_train))
+    np.testing.assert_allclose(windows.x_test[..., 1], train_mean, rtol=1e-6)  # the same level in every step
+    # the last step carries the target's weekday mean: exactly the target here (a perfectly weekly household)
+    np.testing.assert_allclose(windows.x_test[:, -1, 2], windows.y_test, atol=1e-6)
+    np.testing.assert_array_equal(windows.train_days, monday + 7 + np.arange(len(windows.y_train)))
+    assert naive_errors(windows)["train-days weekday mean"] == pytest.approx(0.0, abs=1e-6)
+    np.testing.assert_allclose(naive_litres(windows)["train-days weekday mean"], weekly[7 + 24:], rtol=1e-6)
+    with pytest.raises(ValueError, match="household inputs"):
+        make_windows(household, lookback=7, household_inputs="history")
+
+
 def test_forecaster_preset_sets_its_keys_and_refuses_a_contradiction():
     from bouquet.config import FORECASTERS, AppConfig, ConfigError
 
     improved = AppConfig.from_run_config({"forecaster": "improved"})
     assert improved.water_model.baseline == "window-median" and improved.water_train.loss == "l1"
-    assert improved.water_data.calendar == "weekday" and improved.water_data.input_channels == 3
+    assert improved.water_data.calendar == "weekday" and improved.water_data.household == "profile"
+    assert improved.water_data.input_channels == 5  # use, weekday sin / cos, train-days mean, weekday mean
     assert AppConfig.from_run_config(improved.to_run_config()) == improved  # what a results folder records
     # the preset's own value or a key's default (what flwr run passes from pyproject.toml) is accepted
     same = {**FORECASTERS["improved"], "forecaster": "improved", "scaler": "robust"}
@@ -295,7 +320,7 @@ def test_a_water_task_scores_and_trains_with_its_loss_and_calendar_inputs():
     config = AppConfig.from_run_config({"forecaster": "improved", "synthetic-households": 40, "active-factor": 0.0})
     task = WaterTask.for_node(config.water_data, config.water_model, config.water_train, None, 0, None)
     model = task.new_model()
-    assert model.lstm.input_size == 3
+    assert model.lstm.input_size == 5
     loss, n = task.loss(model, 16, np.random.default_rng(0))
     rows = batch_indices(len(task.windows.y_train), 16, np.random.default_rng(0))
     assert n == len(rows)

@@ -40,12 +40,15 @@ __all__ = [
     "make_windows",
     "select_pool",
     "weekday_inputs",
+    "weekday_profile",
 ]
 
 log = logging.getLogger(__name__)
 SCALERS = ("minmax", "zscore", "robust")
 #: Inputs besides the day's use in each look-back step (``WaterDataConfig.calendar``).
 CALENDAR_INPUTS = ("none", "weekday")
+#: What each look-back step may carry about the household's own training days (``WaterDataConfig.household``).
+HOUSEHOLD_INPUTS = ("none", "profile")
 SOURCES = ("synthetic", "daiad")
 
 
@@ -111,6 +114,11 @@ class WaterDataConfig:
         ``weekday`` adds two inputs to each step, the sine and cosine of ``2 pi w / 7`` where ``w``
         (Monday 0 ... Sunday 6) is the weekday of the day after that step, so the last step carries
         the target's weekday (:func:`weekday_inputs`).
+    household : {"none", "profile"}, default "none"
+        ``household-inputs``.  ``none`` is the paper's.  ``profile`` adds two inputs to each step, both
+        from the household's training targets only (scaled): their mean, and their mean on the weekday of
+        the day after that step (:func:`weekday_profile`).  A model shared by every household then knows
+        each one's usual level and week, which a 12-day window shows only noisily.
     """
 
     source: str = "synthetic"
@@ -124,12 +132,15 @@ class WaterDataConfig:
     min_windows: int = 10
     scaler: str = "minmax"
     calendar: str = "none"
+    household: str = "none"
 
     def __post_init__(self) -> None:
         require(self.source in SOURCES, "source", f"data source must be one of {SOURCES}, got {self.source!r}")
         require(self.scaler in SCALERS, "scaler", f"scaler must be one of {SCALERS}, got {self.scaler!r}")
         require(self.calendar in CALENDAR_INPUTS, "calendar",
                 f"calendar-inputs must be one of {', '.join(CALENDAR_INPUTS)}, got {self.calendar!r}")
+        require(self.household in HOUSEHOLD_INPUTS, "household",
+                f"household-inputs must be one of {', '.join(HOUSEHOLD_INPUTS)}, got {self.household!r}")
         require(self.lookback >= 1, "lookback", f"lookback must be >= 1, got {self.lookback}")
         require(0 < self.train_fraction < 1, "train_fraction",
                 f"train_fraction must be in (0, 1), got {self.train_fraction}")
@@ -142,7 +153,7 @@ class WaterDataConfig:
     @property
     def input_channels(self) -> int:
         """Inputs per look-back step of the windows this config makes (the forecaster's input size)."""
-        return 1 + (2 if self.calendar == "weekday" else 0)
+        return 1 + (2 if self.calendar == "weekday" else 0) + (2 if self.household == "profile" else 0)
 
     def require_path(self) -> None:
         """Raise ValueError when the source needs a file and none is named (deployment names one per node)."""
@@ -186,6 +197,8 @@ class ClientWindows:
     y_train, y_test : numpy.ndarray, shape (n,), float32
     test_days : numpy.ndarray of datetime64[D], shape (n_test,)
         Calendar day of each test target.
+    train_days : numpy.ndarray of datetime64[D], shape (n_train,), optional
+        Calendar day of each training target.
     offset, scale : float
         ``litres = scaled * scale + offset``.
     """
@@ -197,6 +210,7 @@ class ClientWindows:
     test_days: np.ndarray
     offset: float
     scale: float
+    train_days: np.ndarray | None = None
 
     def to_litres(self, scaled: np.ndarray) -> np.ndarray:
         """Invert the scaler."""
@@ -222,8 +236,20 @@ def weekday_inputs(days: np.ndarray) -> np.ndarray:
     return np.stack([np.sin(angle), np.cos(angle)], axis=-1)
 
 
+def weekday_profile(values: np.ndarray, days: np.ndarray) -> np.ndarray:
+    """Mean of ``values`` per weekday of ``days`` (Monday 0 ... Sunday 6), shape (7,); a weekday with no
+    value gets the mean of all of them."""
+    values = np.asarray(values, dtype=np.float64)
+    weekday = (np.asarray(days).astype("datetime64[D]").astype(np.int64) + 3) % 7
+    counts = np.bincount(weekday, minlength=7)
+    sums = np.bincount(weekday, weights=values, minlength=7)
+    overall = float(values.mean()) if len(values) else 0.0
+    return np.where(counts > 0, sums / np.maximum(counts, 1), overall)
+
+
 def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: float = 0.8,
-                 scaler: str = "minmax", min_windows: int = 2, calendar: str = "none") -> ClientWindows:
+                 scaler: str = "minmax", min_windows: int = 2, calendar: str = "none",
+                 household_inputs: str = "none") -> ClientWindows:
     """Look-back windows with one-step-ahead targets, split chronologically.
 
     Window ``t`` has inputs days ``t-L .. t-1`` and target day ``t``; only
@@ -242,6 +268,8 @@ def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: 
         raise ValueError(f"scaler must be one of {SCALERS}, got {scaler!r}")
     if calendar not in CALENDAR_INPUTS:
         raise ValueError(f"calendar inputs must be one of {CALENDAR_INPUTS}, got {calendar!r}")
+    if household_inputs not in HOUSEHOLD_INPUTS:
+        raise ValueError(f"household inputs must be one of {HOUSEHOLD_INPUTS}, got {household_inputs!r}")
     litres = np.asarray(household.litres, dtype=np.float64)
     targets = _complete_windows(litres, lookback)
     if len(targets) < max(min_windows, 2):
@@ -265,13 +293,21 @@ def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: 
     scaled = (litres - offset) / scale
     inputs = scaled[targets[:, None] - lookback + np.arange(lookback)[None, :]]
     x = inputs[..., None]
-    if calendar == "weekday":  # step j of window t is day t - L + j; its input is the weekday of the day after
-        following = household.first_day + (targets[:, None] - lookback + 1 + np.arange(lookback)[None, :])
+    y = scaled[targets]
+    target_days = household.first_day + targets
+    # step j of window t is day t - L + j; calendar and profile inputs describe the day after it
+    following = household.first_day + (targets[:, None] - lookback + 1 + np.arange(lookback)[None, :])
+    if calendar == "weekday":
         x = np.concatenate([x, weekday_inputs(following)], axis=-1)
+    if household_inputs == "profile":  # from the training targets only
+        profile = weekday_profile(y[:n_train], target_days[:n_train])
+        weekday = (following.astype("datetime64[D]").astype(np.int64) + 3) % 7
+        level = np.full(following.shape, float(np.mean(y[:n_train])))
+        x = np.concatenate([x, level[..., None], profile[weekday][..., None]], axis=-1)
     x = x.astype(np.float32)
-    y = scaled[targets].astype(np.float32)
-    days = household.first_day + targets[n_train:]
-    return ClientWindows(x[:n_train], y[:n_train], x[n_train:], y[n_train:], days, offset, scale)
+    y = y.astype(np.float32)
+    return ClientWindows(x[:n_train], y[:n_train], x[n_train:], y[n_train:], target_days[n_train:], offset, scale,
+                         train_days=target_days[:n_train])
 
 
 @dataclass(frozen=True)
@@ -303,7 +339,7 @@ class WaterPool:
                 f"run at most {len(self.households)} supernodes or relax the filters"
             )
         return make_windows(self.households[partition_id], config.lookback, config.train_fraction,
-                            config.scaler, config.min_windows, config.calendar)
+                            config.scaler, config.min_windows, config.calendar, config.household)
 
 
 def select_pool(households: list[HouseholdDaily], config: WaterDataConfig) -> WaterPool:

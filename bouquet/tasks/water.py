@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bouquet.data.water import ClientWindows, WaterDataConfig, load_pool
+from bouquet.data.water import ClientWindows, WaterDataConfig, load_pool, weekday_profile
 from bouquet.tasks.base import Penalty, batch_indices, proximal_penalty
 from bouquet.tasks.params import LSTMParams, PerFedAvgSettings, TrainSettings
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
@@ -140,7 +140,8 @@ def evaluate_windows(model: nn.Module, windows: ClientWindows) -> dict[str, floa
 
 
 #: The naive forecasters every water result is reported beside (no training, no federation).
-NAIVE_FORECASTS = ("last value", "same day last week", "window mean", "window median", "train-days mean")
+NAIVE_FORECASTS = ("last value", "same day last week", "window mean", "window median", "train-days mean",
+                   "train-days weekday mean")
 
 
 def naive_forecasts(x: np.ndarray, train_mean: float | None = None) -> dict[str, np.ndarray]:
@@ -165,9 +166,16 @@ def naive_forecasts(x: np.ndarray, train_mean: float | None = None) -> dict[str,
 
 
 def naive_litres(windows: ClientWindows) -> dict[str, np.ndarray]:
-    """Each :func:`naive_forecasts` of a household's test windows, in litres/day (train-days mean included)."""
+    """Each :func:`naive_forecasts` of a household's test windows, in litres/day (train-days mean included),
+    and, when the windows know their training days, ``train-days weekday mean``: the household's mean use
+    over its training targets on the test target's weekday (:func:`bouquet.data.water.weekday_profile`)."""
     train_mean = float(np.mean(windows.y_train, dtype=np.float64)) if len(windows.y_train) else None
-    return {name: windows.to_litres(forecast) for name, forecast in naive_forecasts(windows.x_test, train_mean).items()}
+    out = {name: windows.to_litres(forecast) for name, forecast in naive_forecasts(windows.x_test, train_mean).items()}
+    if windows.train_days is not None and len(windows.y_train):
+        profile = weekday_profile(windows.y_train, windows.train_days)
+        weekday = (windows.test_days.astype("datetime64[D]").astype(np.int64) + 3) % 7
+        out["train-days weekday mean"] = windows.to_litres(profile[weekday])
+    return out
 
 
 def naive_errors(windows: ClientWindows) -> dict[str, float]:
