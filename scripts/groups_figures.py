@@ -15,8 +15,9 @@ litres/day on water.  Writes:
 * ``served_error``: the distribution of final per-client errors (all seeds pooled), per arm;
 * ``stability_per_round`` (only when the clients have no true groups, e.g. DAIAD): ARI between consecutive
   rounds' coalitions over the clients in both;
-* on water, the naive forecasters (``naive: last value``, ``naive: same day last week``, ``naive: window
-  mean``; :func:`bouquet.tasks.water.naive_errors`) on the same test windows, as rows of the table, bars of
+* on water, the naive forecasters (``naive: <forecaster>``, each of
+  :data:`bouquet.tasks.water.NAIVE_FORECASTS`; :func:`bouquet.tasks.water.naive_errors`) on the same test
+  windows, as rows of the table, bars of
   ``error_per_group`` and boxes of ``served_error``;
 * ``table.md`` / ``table.csv``: per arm, final error mean +- std across clients (mean over seeds), std across
   seeds, change vs FedAvg, the share of clients whose error (mean over seeds) is below FedAvg's, ARI at round 5 and at the end, the round from which ARI stays >= 0.9 (every seed), the final

@@ -65,7 +65,8 @@ def _check_results_folder(folder, stdout, strategy, rounds, clients):
     assert run.summary()["mae-litres-mean"] == pytest.approx(final["mae-litres"].mean())
     # the naive forecasters beside the model, on the same clients and test windows
     naive = run.summary()["naive-mae-litres"]
-    assert set(naive) == {"last value", "same day last week", "window mean", "train-days mean"}
+    assert set(naive) == {"last value", "same day last week", "window mean", "window median", "train-days mean",
+                          "train-days weekday mean"}
     for name, value in naive.items():
         assert value == pytest.approx(final["naive-" + name.replace(" ", "-")].mean())
     best = run.summary()["best-naive"]
