@@ -13,7 +13,8 @@ last: ``paper``, ``window-mean`` / ``window-median`` (``forecast-baseline``), ``
 (``forecast-loss``), ``+weekday`` (``calendar-inputs``), ``+profile`` (``household-inputs``), ``improved``
 (the ``forecaster`` preset: all four) and changes on top of it (``+robust`` scaler, ``+lr3e-3``, ``+64-units``).  Scaling and calendar inputs leave
 the test days and litres unchanged, so every variant is scored on the naive forecasters' windows.
-Prints one table (mean MAE over households, skill against the best naive forecaster, share of households
+With ``--pooled``, each variant is also trained once on every household's windows together (the centralised
+reference for a federation: ``<variant> (pooled)`` rows).  Prints one table (mean MAE over households, skill against the best naive forecaster, share of households
 beating their own best naive forecast) and writes it as ``probe.md`` under ``--out``; the rows go to
 ``probe.csv`` after each household, and rows already there are not computed again.
 """
@@ -100,6 +101,33 @@ def probe(data: str, path: str | None, households: int, epochs: list[int], varia
     return frame
 
 
+def pooled(data: str, path: str | None, households: int, epochs: list[int], variants: list[str], seed: int,
+           done: pd.DataFrame) -> pd.DataFrame:
+    """``<variant> (pooled)`` rows: one model trained on every household's training windows at once (shuffled
+    together, ``epochs`` passes) and scored on each household: the centralised reference a federation of the
+    same households would reach if averaging were pooling."""
+    pool = load_pool(data_config(data, path))
+    count = min(households, len(pool))
+    rows = []
+    for variant in variants:
+        chosen = app_config(data, path, VARIANTS[variant])
+        windows = [pool.client(index, chosen.water_data) for index in range(count)]
+        together = dataclasses.replace(windows[0], x_train=np.concatenate([w.x_train for w in windows]),
+                                       y_train=np.concatenate([w.y_train for w in windows]))
+        for budget in epochs:
+            name = f"{variant} (pooled)"
+            if len(done) and ((done["variant"] == name) & (done["epochs"] == budget)).any():
+                continue
+            torch.manual_seed(seed)
+            model = LSTMForecaster.from_params(chosen.water_model, chosen.water_data.input_channels)
+            train_windows(model, together, dataclasses.replace(chosen.water_train, epochs=budget),
+                          np.random.default_rng(seed))
+            rows += [{"household": index, "variant": name, "epochs": budget,
+                      "mae": evaluate_windows(model, w)["mae-litres"]} for index, w in enumerate(windows)]
+            print(f"{name}, {budget} epochs done", flush=True)
+    return pd.concat([done, pd.DataFrame(rows)], ignore_index=True)
+
+
 def summarise(frame: pd.DataFrame) -> pd.DataFrame:
     naive = frame[frame["variant"].str.startswith("naive: ")]
     own_best = naive.groupby("household")["mae"].min()
@@ -122,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, nargs="+", default=[5, 30])
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, among {', '.join(VARIANTS)}")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pooled", action="store_true",
+                        help="also train each variant once on all the households' windows together (centralised)")
     parser.add_argument("--out", default="results/forecaster-probe")
     args = parser.parse_args(argv)
     variants = args.variants.split(",")
@@ -135,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     saved = out / "probe.csv"
     done = pd.read_csv(saved) if saved.exists() else pd.DataFrame(columns=["household", "variant", "epochs", "mae"])
     frame = probe(args.data, args.data_path, args.households, args.epochs, variants, args.seed, done, saved)
+    if args.pooled:
+        frame = pooled(args.data, args.data_path, args.households, args.epochs, variants, args.seed, frame)
+        frame.to_csv(saved, index=False)
     table = summarise(frame)
     (out / "probe.md").write_text(markdown_table(table))
     print(markdown_table(table))

@@ -28,5 +28,8 @@ def test_probe_scores_each_variant_beside_the_naive_forecasters_and_resumes(tmp_
     assert "skill vs naive:" in table and "beats own best naive" in table
     assert probe.main(args) == 0  # resumable: the rows are read back, nothing is trained twice
     assert len(pd.read_csv(tmp_path / "synthetic-2" / "probe.csv")) == len(frame)
+    assert probe.main([*args, "--pooled"]) == 0  # one model on both households' windows, scored on each
+    pooled = pd.read_csv(tmp_path / "synthetic-2" / "probe.csv")
+    assert len(pooled[pooled["variant"] == "improved (pooled)"]) == 2 and (pooled["mae"] > 0).all()
     with pytest.raises(SystemExit, match="unknown variant"):
         probe.main([*args, "--variants", "paper,median"])
