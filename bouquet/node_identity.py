@@ -24,6 +24,7 @@ Message layout: request ``config`` (empty ConfigRecord); reply ``identity``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -31,6 +32,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
 from bouquet.messages import MessageFactory, flower_message
+
+log = logging.getLogger(__name__)
 
 __all__ = ["IDENTIFY_ACTION", "identify_nodes", "node_config_ints", "partition_id", "register_identity_query"]
 
@@ -75,14 +78,29 @@ def register_identity_query(app: ClientApp, key_fn: Callable[[Context], int] = p
 
 
 def identify_nodes(grid: Grid, nodes: list[int], timeout: float,
-                   new_message: MessageFactory = flower_message) -> dict[int, int]:
-    """Ask ``nodes`` for their stable key; ``{node id: key}`` for those that answered with one."""
-    if not nodes:
-        return {}
-    messages = [new_message(RecordDict({"config": ConfigRecord({})}), f"query.{IDENTIFY_ACTION}", n, "")
-                for n in nodes]
-    keys: dict[int, int] = {}
-    for reply in grid.send_and_receive(messages, timeout=timeout):
-        if not reply.has_error() and "identity" in reply.content.config_records:
-            keys[reply.metadata.src_node_id] = int(reply.content.config_records["identity"]["key"])
+                   new_message: MessageFactory = flower_message, attempts: int = 3) -> dict[int, int | None]:
+    """Ask ``nodes`` for their stable key: ``{node id: key}`` for those that answered with one, ``None`` for
+    those that answered without one (an error reply: no handler).
+
+    Nodes that did not answer within ``timeout`` are asked again, up to ``attempts`` times in all (a
+    simulation's first messages wait for its ClientApps to start, which a loaded machine can stretch past
+    ``timeout``); those still silent are left out of the result.
+    """
+    keys: dict[int, int | None] = {}
+    silent = list(nodes)
+    for attempt in range(attempts):
+        if not silent:
+            break
+        if attempt:
+            log.info("%d node(s) did not answer query.identify within %.0f s; asking again (%d of %d)",
+                     len(silent), timeout, attempt + 1, attempts)
+        messages = [new_message(RecordDict({"config": ConfigRecord({})}), f"query.{IDENTIFY_ACTION}", n, "")
+                    for n in silent]
+        for reply in grid.send_and_receive(messages, timeout=timeout):
+            node = reply.metadata.src_node_id
+            if not reply.has_error() and "identity" in reply.content.config_records:
+                keys[node] = int(reply.content.config_records["identity"]["key"])
+            else:
+                keys[node] = None
+        silent = [n for n in silent if n not in keys]
     return keys

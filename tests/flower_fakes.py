@@ -70,12 +70,13 @@ class FakeGrid:
     """Lists ``node_ids``; answers ``query.identify`` with ``keys[node]`` (no key: an error reply, as from
     a ClientApp without the handler) and passes other messages to ``handler(msg) -> reply or None``."""
 
-    def __init__(self, node_ids, keys=None, handler=None):
+    def __init__(self, node_ids, keys=None, handler=None, slow=None):
         self.node_ids = list(node_ids)
         self.keys = dict(keys or {})
         self.handler = handler
         self.identify_queries = 0
         self.sent = []
+        self.slow = dict(slow or {})  # node -> identity queries it leaves unanswered (a slow start)
 
     def get_node_ids(self):
         return list(self.node_ids)
@@ -85,6 +86,10 @@ class FakeGrid:
         for msg in messages:
             if msg.metadata.message_type == "query.identify":
                 self.identify_queries += 1
+                node = msg.metadata.dst_node_id
+                if self.slow.get(node, 0) > 0:
+                    self.slow[node] -= 1
+                    continue
                 out.append(identity_reply(msg, self.keys))
                 continue
             self.sent.append(msg)

@@ -232,6 +232,21 @@ def test_nodes_without_identity_come_last_by_node_id(caplog):
     assert "2 of 4 nodes report no stable identity" in caplog.text
 
 
+def test_nodes_slow_to_answer_their_identity_are_asked_again(caplog):
+    # a loaded machine's simulation can take longer than node-wait-seconds to start its ClientApps
+    s = strategy(clients_per_round=4)
+    grid = FakeGrid([50, 7, 30, 9], keys={50: 0, 30: 1, 7: 2, 9: 3}, slow={7: 1, 9: 2})
+    with caplog.at_level("INFO"):
+        assert s.nodes.order(grid, grid.get_node_ids()) == [50, 30, 7, 9]
+    assert grid.identify_queries == 4 + 2 + 1  # all, then the two silent ones, then the one still silent
+    assert "2 node(s) did not answer query.identify" in caplog.text and "no stable identity" not in caplog.text
+    grid = FakeGrid([50, 7], keys={50: 0, 7: 1}, slow={7: 5})
+    with caplog.at_level("WARNING"):
+        assert strategy(clients_per_round=2).nodes.order(grid, grid.get_node_ids()) == [50, 7]
+    assert grid.identify_queries == 2 + 1 + 1  # three attempts for node 7, then it is keyless
+    assert "1 of them did not answer at all" in caplog.text
+
+
 def test_aggregation_follows_partition_order_not_node_ids():
     # The same partitions' models under two different node-id draws give a bit-identical global model.
     rng = np.random.default_rng(1)

@@ -90,9 +90,11 @@ class NodeOrder:
             self.keys.update({n: keys.get(n) for n in new})
             keyless = [n for n in new if keys.get(n) is None]
             if keyless:
+                silent = sum(n not in keys for n in new)
+                why = f"; {silent} of them did not answer at all" if silent else ""
                 log.warning("%d of %d nodes report no stable identity (no query.identify handler, see "
-                            "bouquet.node_identity): they are ordered by node id, which Flower draws at random, "
-                            "so their sampling differs from run to run", len(keyless), len(new))
+                            "bouquet.node_identity%s): they are ordered by node id, which Flower draws at random, "
+                            "so their sampling differs from run to run", len(keyless), len(new), why)
             known = [self.keys[n] for n in nodes if self.keys[n] is not None]
             if len(set(known)) < len(known):
                 log.warning("two connected nodes report the same identity key; they are ordered by node id")
