@@ -66,7 +66,11 @@ def rounds_frame(runs: Runs) -> pd.DataFrame:
 
 
 def per_round(rounds: pd.DataFrame, column: str, phase: str) -> pd.DataFrame:
-    subset = rounds[(rounds["phase"] == phase) & rounds[column].notna()] if column in rounds else rounds.iloc[:0]
+    """Mean and std over seeds of ``column`` per arm and round (empty when no run records it, e.g. no
+    coalitions in a study without HK or fixed-K arms)."""
+    if column not in rounds:
+        return pd.DataFrame(columns=["arm", "round", "mean", "std"])
+    subset = rounds[(rounds["phase"] == phase) & rounds[column].notna()]
     return subset.groupby(["arm", "round"])[column].agg(["mean", "std"]).reset_index()
 
 

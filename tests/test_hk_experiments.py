@@ -42,3 +42,13 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray
 def test_unknown_arm_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="unknown arm 'nope'"):
         script("run_hk_experiments").main(["--arms", "nope", "--out", str(tmp_path)])
+
+
+def test_per_round_is_empty_when_no_run_records_the_column():
+    # a study without coalition arms (FedProx and Per-FedAvg only) still gets its figures
+
+    figures = script("hk_figures")
+    rounds = pd.DataFrame({"arm": ["fedprox", "fedprox"], "round": [1, 2], "phase": ["train", "train"],
+                           "train-loss": [0.5, 0.4]})
+    assert figures.per_round(rounds, "coalitions", "train").empty
+    assert figures.per_round(rounds, "train-loss", "train")["mean"].tolist() == [0.5, 0.4]
