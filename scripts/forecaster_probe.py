@@ -11,10 +11,11 @@ and is scored on its own test windows, in litres/day, beside the naive forecaste
 run-config keys over the paper's protocol, applied one at a time so each change is measured beside the
 last: ``paper``, ``window-mean`` / ``window-median`` (``forecast-baseline``), ``+l1`` / ``+huber``
 (``forecast-loss``), ``+weekday`` (``calendar-inputs``), ``+profile`` (``household-inputs``), ``improved``
-(the ``forecaster`` preset: all four) and changes on top of it (``+robust`` scaler, ``+lr3e-3``, ``+64-units``).  Scaling and calendar inputs leave
-the test days and litres unchanged, so every variant is scored on the naive forecasters' windows.
-With ``--pooled``, each variant is also trained once on every household's windows together (the centralised
-reference for a federation: ``<variant> (pooled)`` rows).  Prints one table (mean MAE over households, skill against the best naive forecaster, share of households
+(the ``forecaster`` preset: all four) and changes on top of it (``+robust`` scaler, ``+lr3e-3``,
+``+64-units``).  Scaling, calendar and household inputs leave the test days and litres unchanged, so every
+variant is scored on the naive forecasters' windows.  With ``--pooled``, each variant is also trained once
+on every household's windows together (the centralised reference for a federation: ``<variant> (pooled)``
+rows).  Prints one table (mean MAE over households, skill against the best naive forecaster, share of households
 beating their own best naive forecast) and writes it as ``probe.md`` under ``--out``; the rows go to
 ``probe.csv`` after each household, and rows already there are not computed again.
 """

@@ -40,6 +40,7 @@ __all__ = [
     "make_windows",
     "select_pool",
     "weekday_inputs",
+    "weekday_of",
     "weekday_profile",
 ]
 
@@ -226,13 +227,15 @@ def _complete_windows(litres: np.ndarray, lookback: int) -> np.ndarray:
     return np.flatnonzero(run == lookback + 1) + lookback
 
 
-def weekday_inputs(days: np.ndarray) -> np.ndarray:
-    """``(sin, cos)`` of ``2 pi w / 7`` for each day (``w``: Monday 0 ... Sunday 6), shape ``days.shape + (2,)``.
+def weekday_of(days: np.ndarray) -> np.ndarray:
+    """Weekday of each day, Monday 0 ... Sunday 6 (``days``: ``datetime64[D]``, or day numbers since
+    1970-01-01, a Thursday)."""
+    return (np.asarray(days).astype("datetime64[D]").astype(np.int64) + 3) % 7
 
-    ``days`` are ``datetime64[D]`` (or day numbers since 1970-01-01, a Thursday).
-    """
-    weekday = (np.asarray(days).astype("datetime64[D]").astype(np.int64) + 3) % 7
-    angle = 2 * np.pi * weekday / 7
+
+def weekday_inputs(days: np.ndarray) -> np.ndarray:
+    """``(sin, cos)`` of ``2 pi w / 7`` for each day (``w``: :func:`weekday_of`), shape ``days.shape + (2,)``."""
+    angle = 2 * np.pi * weekday_of(days) / 7
     return np.stack([np.sin(angle), np.cos(angle)], axis=-1)
 
 
@@ -240,7 +243,7 @@ def weekday_profile(values: np.ndarray, days: np.ndarray) -> np.ndarray:
     """Mean of ``values`` per weekday of ``days`` (Monday 0 ... Sunday 6), shape (7,); a weekday with no
     value gets the mean of all of them."""
     values = np.asarray(values, dtype=np.float64)
-    weekday = (np.asarray(days).astype("datetime64[D]").astype(np.int64) + 3) % 7
+    weekday = weekday_of(days)
     counts = np.bincount(weekday, minlength=7)
     sums = np.bincount(weekday, weights=values, minlength=7)
     overall = float(values.mean()) if len(values) else 0.0
@@ -301,7 +304,7 @@ def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: 
         x = np.concatenate([x, weekday_inputs(following)], axis=-1)
     if household_inputs == "profile":  # from the training targets only
         profile = weekday_profile(y[:n_train], target_days[:n_train])
-        weekday = (following.astype("datetime64[D]").astype(np.int64) + 3) % 7
+        weekday = weekday_of(following)
         level = np.full(following.shape, float(np.mean(y[:n_train])))
         x = np.concatenate([x, level[..., None], profile[weekday][..., None]], axis=-1)
     x = x.astype(np.float32)

@@ -143,13 +143,15 @@ class ClientUpdates:
         """(S x d float32 matrix of the floating arrays, its layout), computed once."""
         return stack_models(self.models)
 
-    def reference_matrix(self, layout: FlatLayout, dtype: np.dtype) -> np.ndarray:
-        """Row ``i``: the flattened model node ``i`` was sent (each distinct reference flattened once)."""
+    def reference_matrix(self, layout: FlatLayout, dtype: np.dtype, columns: np.ndarray | None = None) -> np.ndarray:
+        """Row ``i``: the flattened model node ``i`` was sent (each distinct reference flattened once), only at
+        ``columns`` when given (a sketch's coordinates: no S x d matrix is built)."""
         flat: dict[int, np.ndarray] = {}
         rows = []
         for reference in self.references:
             if id(reference) not in flat:
-                flat[id(reference)] = layout.flatten(reference, dtype)
+                vector = layout.flatten(reference, dtype)
+                flat[id(reference)] = vector if columns is None else vector[columns]
             rows.append(flat[id(reference)])
         return np.stack(rows)
 

@@ -36,11 +36,7 @@ def update_sketches(updates: ClientUpdates, fraction: float) -> tuple[np.ndarray
     picks = sketch_indices(sizes, fraction, [updates.seed, updates.server_round])
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     columns = np.concatenate([offset + pick for offset, pick in zip(offsets, picks)])
-    sent: dict[int, np.ndarray] = {}  # each distinct model sent, flattened once, on the sketch's columns
-    for reference in updates.references:
-        if id(reference) not in sent:
-            sent[id(reference)] = layout.flatten(reference, np.float64)[columns]
-    deltas = matrix[:, columns].astype(np.float64) - np.stack([sent[id(r)] for r in updates.references])
+    deltas = matrix[:, columns].astype(np.float64) - updates.reference_matrix(layout, np.float64, columns)
     return deltas, [len(pick) for pick in picks]
 
 

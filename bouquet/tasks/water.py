@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bouquet.data.water import ClientWindows, WaterDataConfig, load_pool, weekday_profile
+from bouquet.data.water import ClientWindows, WaterDataConfig, load_pool, weekday_of, weekday_profile
 from bouquet.tasks.base import Penalty, batch_indices, proximal_penalty
 from bouquet.tasks.params import LSTMParams, PerFedAvgSettings, TrainSettings
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
@@ -173,8 +173,7 @@ def naive_litres(windows: ClientWindows) -> dict[str, np.ndarray]:
     out = {name: windows.to_litres(forecast) for name, forecast in naive_forecasts(windows.x_test, train_mean).items()}
     if windows.train_days is not None and len(windows.y_train):
         profile = weekday_profile(windows.y_train, windows.train_days)
-        weekday = (windows.test_days.astype("datetime64[D]").astype(np.int64) + 3) % 7
-        out["train-days weekday mean"] = windows.to_litres(profile[weekday])
+        out["train-days weekday mean"] = windows.to_litres(profile[weekday_of(windows.test_days)])
     return out
 
 
@@ -258,7 +257,7 @@ class WaterTask:
         w = self.windows
         pick = batch_indices(len(w.y_train), examples, rng)
         predicted, target = predict(model, w.x_train[pick]), w.y_train[pick].astype(np.float64)
-        if self.training.loss == "mse":
+        if self.training.loss == "mse":  # numpy, as before the loss was an option: the same numbers to the bit
             return float(np.mean((predicted - target) ** 2)), len(pick)
         return float(training_loss(self.training)(torch.from_numpy(predicted), torch.from_numpy(target))), len(pick)
 
