@@ -225,7 +225,7 @@ _SECTIONS = (
     _Section("sckm_cluster", SCKMClusterSelector, prefix="sckm-"),
     _Section("power_of_choice", PowerOfChoiceSelector, prefix="pow-"),
     _Section("afl", AFLSelector, prefix="afl-"),
-    _Section("fedcor", FedCorSelector, prefix="fedcor-", skip=("shrinkage", "noise", "history")),
+    _Section("fedcor", FedCorSelector, prefix="fedcor-", skip=("shrinkage", "noise")),
 )
 
 #: Nested fields of the water data (``data-seed`` also seeds the vision partition).

@@ -33,8 +33,9 @@ Selectors (``name`` = run-config value):
     alpha3=0.1 (as in the FedCor paper's comparison).
 ``fedcor``
     Tang et al. (CVPR 2022): a Gaussian-process model of the clients' loss
-    changes with a warm-up of random rounds, then greedy selection.  Our
-    version (not their code) is stated in :class:`FedCorSelector`.
+    changes with a warm-up of random rounds, then greedy selection;
+    ``fedcor-covariance`` ``empirical`` (ours) or ``gp`` (as their code,
+    :mod:`bouquet.algorithms.fedcor`); both in :class:`FedCorSelector`.
 ``kmeans``
     k-means (L2, scikit-learn) with ``budget`` clusters on the sketches;
     from each cluster the member nearest its centroid.
@@ -50,11 +51,12 @@ Selectors (``name`` = run-config value):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
+from bouquet.algorithms.fedcor import fit_gp_covariance, gp_greedy_selection
 from bouquet.algorithms.sckm import (
     LAYER_COMBINE,
     layer_coordinate_weights,
@@ -66,6 +68,7 @@ from bouquet.params import require
 
 __all__ = [
     "DEFAULT_LAYER_COMBINE",
+    "FEDCOR_COVARIANCES",
     "SELECTORS",
     "AFLSelector",
     "Candidates",
@@ -403,54 +406,113 @@ class DivFLSelector(Selector):
 
 
 # --------------------------------------------------------------------- FedCor
+#: How FedCor models the covariance of the clients' loss changes (``fedcor-covariance``).
+FEDCOR_COVARIANCES = ("empirical", "gp")
+
+
 @dataclass(frozen=True)
 class FedCorState:
-    """What FedCor has learned: each client's last loss, the recent loss-change vectors, rounds seen.
+    """What FedCor has learned.  Keys are node ids.  Immutable: :meth:`FedCorSelector.observe` returns a new one.
 
-    Keys are node ids.  Immutable: :meth:`FedCorSelector.observe` returns a new state.
+    Attributes
+    ----------
+    previous : mapping
+        Each client's last loss.
+    changes : tuple of mappings
+        The recent loss-change vectors (oldest first).
+    rounds : int
+        Rounds observed.
+    fit_ids, fit_covariance, fit_round
+        ``gp`` only: the clients and the covariance of the last GP fit, and ``rounds`` when it was made
+        (-1: never).
+    discount : mapping
+        ``gp`` only: each client's annealing factor beta_k (1 when absent).
+    trained : mapping
+        ``gp`` only: the round each client last trained, as last seen (a later one means it was selected).
     """
 
     previous: Mapping[int, float] = field(default_factory=dict)
     changes: tuple[Mapping[int, float], ...] = ()
     rounds: int = 0
+    fit_ids: tuple[int, ...] = ()
+    fit_covariance: tuple[tuple[float, ...], ...] = ()
+    fit_round: int = -1
+    discount: Mapping[int, float] = field(default_factory=dict)
+    trained: Mapping[int, int] = field(default_factory=dict)
+
+
+def _change_matrix(changes: Sequence[Mapping[int, float]], ids: Sequence[int]) -> np.ndarray | None:
+    """The change vectors as a (rounds, len(ids)) array; a client missing in a round takes its mean change."""
+    if len(changes) < 2:
+        return None
+    x = np.array([[c.get(int(i), np.nan) for i in ids] for c in changes])
+    seen = ~np.isnan(x)
+    means = np.where(seen, x, 0.0).sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
+    return np.where(seen, x, means)
 
 
 @dataclass(frozen=True)
 class FedCorSelector(Selector):
-    """FedCor-style Gaussian-process selection (Tang et al., CVPR 2022), our formulation.
+    """FedCor's Gaussian-process selection (Tang et al., CVPR 2022) with two covariance models.
 
     The loss changes ``Delta L`` of the clients between consecutive rounds
-    are modelled as a zero-mean Gaussian process over clients whose
-    covariance is the empirical covariance of the observed change vectors,
-    shrunk towards its diagonal (``shrinkage``) plus ``noise`` on the
-    diagonal.  For the first ``warmup`` rounds (or while fewer than two
-    change vectors are known) selection is uniform.  Afterwards the
-    selection is greedy: each step picks the client ``i`` that maximises the
-    loss-weighted covariance it explains,
-    ``sum_j L_j Cov(j, i | S) / sqrt(Var(i | S))`` (the expected fall in the
-    total loss per standard deviation of decrease of client i), then
-    conditions the GP on ``i`` (a rank-one update).  FedCor's own code
-    fits a kernel by marginal likelihood; we keep the empirical covariance
-    (no optimisation, same correlation structure) and say so in
-    docs/METHODS.md.  Needs the clients' losses each round (query phase).
-    What it learned is a :class:`FedCorState` held by the caller.
+    are a Gaussian process over clients.  For the first ``warmup`` rounds
+    (or while fewer than two change vectors are known) selection is
+    uniform; afterwards it is greedy, conditioning the covariance on each
+    client picked (a rank-one update).
+
+    ``covariance = "empirical"`` (the default, our first formulation): the
+    covariance is the empirical covariance of the last ``history`` change
+    vectors, shrunk towards its diagonal (``shrinkage``) plus ``noise`` on
+    the diagonal, recomputed every round; each step picks the client ``i``
+    that maximises the loss-weighted covariance it explains,
+    ``sum_j L_j Cov(j, i | S) / sqrt(Var(i | S))``.
+
+    ``covariance = "gp"``: as FedCor's official code (``Kernel_GPR``, order-1
+    polynomial kernel, ``update_mean``): ``K = P^T P + gp_noise^2 I`` with P of
+    ``dimension`` rows, fitted by maximum likelihood on the last ``history``
+    change vectors weighted ``gamma^age`` (:func:`bouquet.algorithms.fedcor.fit_gp_covariance`),
+    when the warm-up ends and then every ``interval`` rounds; between fits the
+    covariance is fixed.  Each step maximises ``beta_k sum_i w_i Cov(i, k | S)
+    / sqrt(Var(k | S))`` with ``w_i`` the clients' data shares (eq. 13), and
+    each time client k is selected its ``beta_k`` is multiplied by
+    ``discount`` (reset to 1 at every fit).  Needs the clients' losses each
+    round (query phase).  What it learned is a :class:`FedCorState` held by
+    the caller.
 
     Parameters
     ----------
     warmup : int, default 2
-        Rounds of uniform selection before the GP is used.
+        Rounds of uniform selection before the GP is used (the official CIFAR command: 20).
     shrinkage : float, default 0.1
-        Weight of the diagonal in the shrunk covariance, in [0, 1].
+        ``empirical``: weight of the diagonal in the shrunk covariance, in [0, 1].
     noise : float, default 1e-3
-        Added to the covariance diagonal.
+        ``empirical``: added to the covariance diagonal.
     history : int, default 20
-        Loss-change vectors kept.
+        Loss-change vectors kept (the official ``--group_size``; its CIFAR command: 500).
+    covariance : {"empirical", "gp"}, default "empirical"
+    dimension : int, default 15
+        ``gp``: D, the clients' embedding dimension (the official ``--dimension``).
+    gp_noise : float, default 0.01
+        ``gp``: sigma_n, the kernel's fixed noise standard deviation (the official ``init_noise``).
+    gamma : float, default 0.99
+        ``gp``: weight ``gamma^age`` of an old change vector in the fit (the official CIFAR ``--GPR_gamma``).
+    interval : int, default 50
+        ``gp``: rounds between fits (the official CIFAR ``--GPR_interval``).
+    discount : float, default 0.9
+        ``gp``: beta's factor per selection (the official ``--discount``).
     """
 
     warmup: int = 2
     shrinkage: float = 0.1
     noise: float = 1e-3
     history: int = 20
+    covariance: str = "empirical"
+    dimension: int = 15
+    gp_noise: float = 0.01
+    gamma: float = 0.99
+    interval: int = 50
+    discount: float = 0.9
     name: ClassVar[str] = "fedcor"
     needs: ClassVar[tuple[str, ...]] = ("losses",)
 
@@ -458,7 +520,14 @@ class FedCorSelector(Selector):
         require(self.warmup >= 0, "warmup", f"fedcor-warmup must be >= 0, got {self.warmup}")
         require(0 <= self.shrinkage <= 1, "shrinkage", f"shrinkage must be in [0, 1], got {self.shrinkage}")
         require(self.noise >= 0, "noise", f"noise must be >= 0, got {self.noise}")
-        require(self.history >= 2, "history", f"history must be >= 2, got {self.history}")
+        require(self.history >= 2, "history", f"fedcor-history must be >= 2, got {self.history}")
+        require(self.covariance in FEDCOR_COVARIANCES, "covariance",
+                f"fedcor-covariance must be one of {FEDCOR_COVARIANCES}, got {self.covariance!r}")
+        require(self.dimension >= 1, "dimension", f"fedcor-dimension must be >= 1, got {self.dimension}")
+        require(self.gp_noise > 0, "gp_noise", f"fedcor-gp-noise must be > 0, got {self.gp_noise}")
+        require(0 < self.gamma <= 1, "gamma", f"fedcor-gamma must be in (0, 1], got {self.gamma}")
+        require(self.interval >= 1, "interval", f"fedcor-interval must be >= 1, got {self.interval}")
+        require(0 < self.discount <= 1, "discount", f"fedcor-discount must be in (0, 1], got {self.discount}")
 
     def initial_state(self) -> FedCorState:
         return FedCorState()
@@ -472,27 +541,63 @@ class FedCorSelector(Selector):
             change = {i: v - state.previous[i] for i, v in losses.items() if i in state.previous}
             if change:
                 changes = (*changes, change)[-self.history:]
-        return FedCorState(previous={**state.previous, **losses}, changes=changes, rounds=state.rounds + 1)
+        new = replace(state, previous={**state.previous, **losses}, changes=changes, rounds=state.rounds + 1)
+        return self._gp_observe(new, candidates) if self.covariance == "gp" else new
+
+    def _gp_observe(self, state: FedCorState, candidates: Candidates) -> FedCorState:
+        """Anneal the clients selected since the last look; refit when the warm-up ends and every interval."""
+        discount, trained = dict(state.discount), dict(state.trained)
+        if candidates.last_round is not None:
+            for i, last in zip(candidates.ids, candidates.last_round):
+                i, last = int(i), int(last)
+                if i in trained and last > trained[i]:
+                    discount[i] = discount.get(i, 1.0) * self.discount
+                trained[i] = last
+        state = replace(state, discount=discount, trained=trained)
+        due = state.fit_round < 0 or state.rounds - state.fit_round >= self.interval
+        if state.rounds <= self.warmup or not due:
+            return state
+        ids = sorted({i for c in state.changes for i in c})
+        x = _change_matrix(state.changes, ids)
+        if x is None:
+            return state
+        ages = np.arange(len(x))[::-1]
+        _, cov = fit_gp_covariance(x, self.gamma ** ages, self.dimension, self.gp_noise)
+        return replace(state, fit_ids=tuple(ids), fit_covariance=tuple(map(tuple, cov.tolist())),
+                       fit_round=state.rounds, discount={})
 
     def state_to_dict(self, state: FedCorState) -> dict[str, Any]:
         text_keys = lambda mapping: {str(k): v for k, v in mapping.items()}  # node ids exceed JSON's int range
         return {"previous": text_keys(state.previous), "changes": [text_keys(c) for c in state.changes],
-                "rounds": state.rounds}
+                "rounds": state.rounds, "fit-ids": [str(i) for i in state.fit_ids],
+                "fit-covariance": [list(row) for row in state.fit_covariance], "fit-round": state.fit_round,
+                "discount": text_keys(state.discount), "trained": text_keys(state.trained)}
 
     def state_from_dict(self, data: dict[str, Any]) -> FedCorState:
         int_keys = lambda mapping: {int(k): float(v) for k, v in mapping.items()}
         return FedCorState(previous=int_keys(data["previous"]), changes=tuple(int_keys(c) for c in data["changes"]),
-                           rounds=int(data["rounds"]))
+                           rounds=int(data["rounds"]), fit_ids=tuple(int(i) for i in data.get("fit-ids", ())),
+                           fit_covariance=tuple(tuple(float(v) for v in row) for row in data.get("fit-covariance", ())),
+                           fit_round=int(data.get("fit-round", -1)), discount=int_keys(data.get("discount", {})),
+                           trained={int(k): int(v) for k, v in data.get("trained", {}).items()})
 
-    def covariance(self, state: FedCorState, ids: Sequence[int]) -> np.ndarray | None:
-        """Shrunk empirical covariance of the loss changes of ``ids`` (None: not enough history)."""
-        rows = [[c.get(int(i), np.nan) for i in ids] for c in state.changes]
-        if len(rows) < 2:
+    def covariance_matrix(self, state: FedCorState, ids: Sequence[int]) -> np.ndarray | None:
+        """``empirical``: the shrunk empirical covariance of the loss changes of ``ids`` (None: not enough history).
+        ``gp``: the last fit's covariance restricted to ``ids`` (None: no fit yet); a client the fit did not know
+        gets the fit's mean variance and no covariance."""
+        if self.covariance == "gp":
+            if state.fit_round < 0:
+                return None
+            fitted = np.array(state.fit_covariance)
+            where = {i: k for k, i in enumerate(state.fit_ids)}
+            known = [where.get(int(i), -1) for i in ids]
+            cov = np.diag(np.full(len(ids), float(np.mean(np.diag(fitted)))))
+            rows = [a for a, k in enumerate(known) if k >= 0]
+            cov[np.ix_(rows, rows)] = fitted[np.ix_([known[a] for a in rows], [known[a] for a in rows])]
+            return cov
+        x = _change_matrix(state.changes, ids)
+        if x is None:
             return None
-        x = np.array(rows)
-        seen = ~np.isnan(x)
-        means = np.where(seen, x, 0.0).sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
-        x = np.where(seen, x, means)  # a client missing in a round takes its mean change
         x = x - x.mean(axis=0)
         cov = x.T @ x / max(len(x) - 1, 1)
         cov = (1 - self.shrinkage) * cov + self.shrinkage * np.diag(np.diag(cov))
@@ -502,11 +607,17 @@ class FedCorSelector(Selector):
                state: FedCorState | None = None) -> Choice:
         self._checked(candidates, budget)
         state = state if state is not None else self.initial_state()
-        cov = None if state.rounds <= self.warmup else self.covariance(state, candidates.ids)
+        cov = None if state.rounds <= self.warmup else self.covariance_matrix(state, candidates.ids)
         if cov is None:
             return Choice(np.sort(rng.choice(len(candidates), size=budget, replace=False)), {"fedcor-warmup": True})
+        if self.covariance == "gp":
+            sizes = (np.ones(len(candidates)) if candidates.num_examples is None
+                     else np.asarray(candidates.num_examples, dtype=np.float64))
+            beta = np.array([state.discount.get(int(i), 1.0) for i in candidates.ids])
+            picked = gp_greedy_selection(cov, sizes / sizes.sum(), budget, beta)
+            return Choice(np.sort(np.array(picked, dtype=np.int64)), {"fedcor-warmup": False})
         losses = np.asarray(candidates.losses, dtype=np.float64)
-        picked: list[int] = []
+        picked = []
         for _ in range(budget):
             var = np.clip(np.diag(cov), 1e-15, None)
             score = (losses @ cov) / np.sqrt(var)

@@ -19,7 +19,7 @@ __all__ = ["DEFAULT_BATCH_SIZE", "EVALUATIONS", "FORECAST_BASELINES", "FORECAST_
 #: Mini-batch size of local training (the HK paper's Table 3; the ``batch-size`` key of both tasks).
 DEFAULT_BATCH_SIZE = 32
 #: Image classifiers of the vision task.
-MODELS = ("cnn", "vgg16", "vgg16-bn")
+MODELS = ("cnn", "cnn-gn", "vgg16", "vgg16-bn")
 #: What the water forecaster's output is added to (``LSTMParams.baseline``).
 FORECAST_BASELINES = ("none", "window-mean", "window-median")
 #: Training losses of the water forecaster (``TrainSettings.loss``); the paper's is ``mse``.
@@ -131,8 +131,8 @@ class VisionModelParams:
 
     Parameters
     ----------
-    name : {"cnn", "vgg16", "vgg16-bn"}, default "cnn"
-        A small CPU-friendly CNN, or the paper's CIFAR-style VGG-16 (32 x 32 images), without or with
+    name : {"cnn", "cnn-gn", "vgg16", "vgg16-bn"}, default "cnn"
+        A small CPU-friendly CNN (two blocks, or three with GroupNorm), or the paper's CIFAR-style VGG-16 (32 x 32 images), without or with
         batch norm.
     """
 

@@ -6,6 +6,13 @@ Models (``vision-model``):
     A small CPU-friendly CNN (two 3x3 conv + max-pool blocks, two linear
     layers); works on any image of at least 4 x 4 pixels (digits 8 x 8,
     CIFAR 32 x 32).
+``cnn-gn``
+    Three conv blocks (3x3 conv, GroupNorm, ReLU, 2x2 max-pool; 32, 64
+    and 128 channels), then one linear layer: 114 k parameters on CIFAR.
+    GroupNorm normalises each image on its own, so there are no batch
+    statistics to average or to keep local.  The CPU regime of the
+    selection study (``experiments/sckm/profiles/regime.toml``), where the
+    two-block ``cnn`` left chance too slowly to rank selectors.
 ``vgg16``
     The CIFAR-style VGG-16 the SCKM paper trains: the 13 conv layers of
     configuration "D" (Simonyan & Zisserman 2015), 3x3 kernels, ReLU, five
@@ -58,6 +65,7 @@ from bouquet.tasks.params import MODELS, VisionModelParams, VisionTrainSettings
 __all__ = [
     "MODELS",
     "VGG16",
+    "GroupNormCNN",
     "SmallCNN",
     "VisionTask",
     "VisionTrainSettings",
@@ -86,6 +94,35 @@ class SmallCNN(nn.Module):
             nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
         self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(64 * side * side, 128), nn.ReLU(),
                                         nn.Linear(128, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class GroupNormCNN(nn.Module):
+    """Three conv(3x3)-GroupNorm-ReLU-maxpool blocks (32, 64, 128 channels), then linear(classes).
+
+    Parameters
+    ----------
+    groups : int, default 8
+        GroupNorm groups per block (4, 8 and 16 channels per group).
+    """
+
+    CHANNELS = (32, 64, 128)
+
+    def __init__(self, in_channels: int, num_classes: int, image_size: int, groups: int = 8) -> None:
+        super().__init__()
+        if image_size < 8:
+            raise ValueError(f"cnn-gn needs images of at least 8 x 8 pixels, got {image_size}")
+        layers: list[nn.Module] = []
+        channels = in_channels
+        for width in self.CHANNELS:
+            layers += [nn.Conv2d(channels, width, 3, padding=1), nn.GroupNorm(groups, width), nn.ReLU(),
+                       nn.MaxPool2d(2)]
+            channels = width
+        side = image_size // 8
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(channels * side * side, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
@@ -133,12 +170,14 @@ class VGG16(nn.Module):
 
 
 def make_model(name: str, shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    """``cnn``, ``vgg16`` or ``vgg16-bn`` for images of ``shape`` = (channels, height, width)."""
+    """``cnn``, ``cnn-gn``, ``vgg16`` or ``vgg16-bn`` for images of ``shape`` = (channels, height, width)."""
     channels, height, width = shape
     if height != width:
         raise ValueError(f"square images expected, got {height} x {width}")
     if name == "cnn":
         return SmallCNN(channels, num_classes, height)
+    if name == "cnn-gn":
+        return GroupNormCNN(channels, num_classes, height)
     if name in ("vgg16", "vgg16-bn"):
         return VGG16(channels, num_classes, height, batch_norm=name == "vgg16-bn")
     raise ValueError(f"vision-model must be one of {MODELS}, got {name!r}")
