@@ -11,7 +11,14 @@ Studies (the paper's two tables):
   (settings ``c10-s<S>-b<B>``); SCKM-Select vs AFL, FedCor, Power-of-Choice,
   random (Table 5, Fig. 4);
 * ``cluster``: 50 clients, S in {1, 2}, B in {2, 4, 6} (``c50-s<S>-b<B>``);
-  SCKM-Cluster vs k-means, AFL, FedCor, Power-of-Choice (Table 6, Fig. 3, 5).
+  SCKM-Cluster vs k-means, AFL, FedCor, Power-of-Choice (Table 6, Fig. 3, 5);
+* ``variants`` (issue 22): the papers' open choices of SCKM-Select, 2 sketch
+  sources (``global``: the gradient at the global model; ``update``: every
+  candidate trains and selection picks whose updates are averaged) x 2 signs
+  (``pos``/``neg``) x 2 layer combinations (``concat``: eq. 8 on all sketched
+  coordinates; ``classifier``: the last layer only), against random, FedCor
+  as its official code (``fedcor-gp``), Power-of-Choice and AFL; S in {2, 5},
+  B = 2; meant for the ``regime`` profile.
 
 Layers are TOML files in ``experiments/sckm/{data,profiles,settings,arms}``,
 merged data < profile < setting < arm < seed; a setting's ``num-supernodes``
@@ -38,6 +45,10 @@ STUDIES = {
                "arms": ["sckm-select", "afl", "fedcor", "power-of-choice", "random"]},
     "cluster": {"settings": [f"c50-s{s}-b{b}" for s in (1, 2) for b in (2, 4, 6)],
                 "arms": ["sckm-cluster", "kmeans", "afl", "fedcor", "power-of-choice"]},
+    "variants": {"settings": ["c10-s2-b2", "c10-s5-b2"],
+                 "arms": [f"sckm-{source}-{sign}-{combine}" for source in ("global", "update")
+                          for sign in ("pos", "neg") for combine in ("concat", "classifier")]
+                 + ["random", "fedcor-gp", "power-of-choice", "afl"]},
 }
 
 

@@ -16,6 +16,11 @@ over a row for the same setting, arm and seed) and writes:
   over the settings with that B for each shard count S, at the quarter points
   of the run (rounds T/4, T/2, 3T/4, T: the paper's 15/30/45/60 of 60), and
   the average and std over all of those cells; also ``table.md``;
+* with ``--variants`` (the variant study, issue 22), ``table`` is instead one
+  row per arm (``variant``) and setting: ``variant,shards,budget,seeds,
+  last5_mean,last5_std`` (each seed's mean over the last 5 rounds, then mean
+  and std over seeds), with each arm's difference to ``random`` in
+  ``table.md``; the Table 5 layout goes to ``table5``;
 * ``seeds``: final accuracy mean +- std across seeds per setting and arm, and
   the same for each seed's mean over the last 5 rounds (``last5-``);
 * ``clusters_per_round``: C-hat per round (mean over seeds) per SCKM-Cluster
@@ -112,7 +117,33 @@ def quarter_rounds(last: int) -> list[int]:
     return sorted({max(1, round(last * q)) for q in (0.25, 0.5, 0.75, 1.0)})
 
 
-def tables(runs: pd.DataFrame, out: Path) -> None:
+def variant_table(runs: pd.DataFrame, out: Path) -> pd.DataFrame:
+    """The variant study's table (issue 22): one row per arm and setting, each seed's mean accuracy (%) over the
+    last 5 rounds, then their mean and std (ddof 1; empty with one seed) over the seeds; ``table.csv`` and
+    ``table.md``, best first within each setting."""
+    last = int(runs["round"].max())
+    tail = runs[runs["round"] > last - TAIL_ROUNDS].groupby(["shards", "budget", "arm", "seed"])["accuracy"].mean()
+    rows = [{"variant": arm, "shards": shards, "budget": budget, "seeds": len(part),
+             "last5_mean": part.mean(), "last5_std": part.std(ddof=1) if len(part) > 1 else np.nan}
+            for (shards, budget, arm), part in tail.groupby(["shards", "budget", "arm"])]
+    table = pd.DataFrame(rows).sort_values(["shards", "budget", "last5_mean"], ascending=[True, True, False])
+    table.to_csv(out / "table.csv", index=False)
+    lines = []
+    for (shards, budget), part in table.groupby(["shards", "budget"]):
+        random_mean = part.set_index("variant")["last5_mean"].get("random", np.nan)
+        title = (f"**S = {shards}, B = {budget}** (accuracy %, mean over rounds {max(0, last - TAIL_ROUNDS + 1)}-{last}, "
+                 "mean +- std over seeds)")
+        lines += [title, "", "| variant | seeds | last 5 | vs random |", "|---|--:|--:|--:|"]
+        for _, r in part.iterrows():
+            spread = "" if pd.isna(r["last5_std"]) else f" +- {r['last5_std']:.2f}"
+            versus = "-" if pd.isna(random_mean) else f"{r['last5_mean'] - random_mean:+.2f}"
+            lines.append(f"| {r['variant']} | {r['seeds']} | {r['last5_mean']:.2f}{spread} | {versus} |")
+        lines.append("")
+    (out / "table.md").write_text("\n".join(lines))
+    return table
+
+
+def tables(runs: pd.DataFrame, out: Path, name: str = "table") -> None:
     mean = runs.groupby(["setting", "shards", "budget", "arm", "round"], as_index=False)["accuracy"].mean()
     last = int(mean["round"].max())
     checkpoints = quarter_rounds(last)
@@ -132,7 +163,7 @@ def tables(runs: pd.DataFrame, out: Path) -> None:
     shard_columns = [f"shard {k}" for k in sorted(mean["shards"].unique())]  # a budget may lack a shard count
     table = table.reindex(columns=["budget", "arm", *shard_columns, *[f"round {r}" for r in checkpoints],
                                    "all avg", "all std"])
-    table.to_csv(out / "table.csv", index=False)
+    table.to_csv(out / f"{name}.csv", index=False)
     lines = []
     for budget, part in table.groupby("budget"):
         cols = [c for c in part.columns if c not in ("budget", "arm")]
@@ -143,7 +174,7 @@ def tables(runs: pd.DataFrame, out: Path) -> None:
         for _, r in part.sort_values("all avg", ascending=False).iterrows():
             lines.append(f"| {r['arm']} | " + " | ".join("-" if pd.isna(r[c]) else f"{r[c]:.2f}" for c in cols) + " |")
         lines.append("")
-    (out / "table.md").write_text("\n".join(lines))
+    (out / f"{name}.md").write_text("\n".join(lines))
 
     final = runs[runs["round"] == last].groupby(["setting", "arm"])["accuracy"].agg(["mean", "std", "count"])
     # a round-to-round noisier curve is better summarised by each seed's mean over the last few rounds
@@ -201,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None, help="default: docs/figures/sckm-<base name>")
     parser.add_argument("--add-runs", type=Path, nargs="*", default=[],
                         help="earlier runs.csv files to include (runs whose folders are gone)")
+    parser.add_argument("--variants", action="store_true",
+                        help="the variant study: table.csv/.md is one row per variant and setting (last-5 mean +- "
+                             "std over seeds); the Table 5 layout goes to table5.csv/.md")
     return parser
 
 
@@ -282,7 +316,11 @@ def main(argv: list[str] | None = None) -> None:
     runs = add_runs(load_runs(args.base), args.add_runs)
     runs.to_csv(out / "runs.csv", index=False)
     accuracy_figure(runs, out)
-    tables(runs, out)
+    if args.variants:
+        tables(runs, out, name="table5")
+        variant_table(runs, out)
+    else:
+        tables(runs, out)
     clusters_figure(runs, out)
     rounds_to_target(runs, out)
     selection_facts(args.base, out)

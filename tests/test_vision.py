@@ -115,9 +115,15 @@ def test_models_have_the_documented_sizes_and_refuse_wrong_inputs():
     assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in bn.modules()) == 13
     assert not list(bn.buffers())  # batch statistics only: nothing for the server to average but parameters
     assert bn(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+    gn = make_model("cnn-gn", (3, 32, 32), 10)
+    assert sum(p.numel() for p in gn.parameters()) == 114_186  # 3 conv blocks (32, 64, 128) + 2048 -> 10
+    assert sum(isinstance(m, torch.nn.GroupNorm) for m in gn.modules()) == 3 and not list(gn.buffers())
+    assert make_model("cnn-gn", (1, 8, 8), 10)(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
+    with pytest.raises(ValueError, match="8 x 8"):
+        make_model("cnn-gn", (1, 4, 4), 10)
 
 
-@pytest.mark.parametrize("name", ["vgg16", "vgg16-bn"])
+@pytest.mark.parametrize("name", ["vgg16", "vgg16-bn", "cnn-gn"])
 def test_vgg_gradients_reach_the_first_layer(name):
     # torchvision's init; with PyTorch's default init the ratio was 3.5e-7 (measured): the first layers froze
     torch.manual_seed(0)
