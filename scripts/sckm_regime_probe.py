@@ -15,7 +15,10 @@ round draws B of them with ``default_rng([seed, round])``, each trains
 ``local-batches`` SGD steps from the global model
 (:func:`bouquet.tasks.vision.train_batches`), and the server averages the B
 models, weighted by examples as FedAvg does.  ``--server-momentum beta``
-applies FedAvgM (Hsu et al. 2019): ``v <- beta v + (w - mean)``, ``w <- w - v``.
+and ``--server-lr eta`` apply FedAvgM (Hsu et al. 2019):
+``v <- beta v + (w - mean)``, ``w <- w - eta v``; with ``eta = 1 - beta`` the
+step is an exponential moving average of the rounds' updates (the same
+long-run step as FedAvg, smoothed over about ``1 / (1 - beta)`` rounds).
 Every ``--eval-every`` rounds the global model is scored on a seeded subset
 of the test set (``--eval-size``; the test set is sorted by class).
 
@@ -52,7 +55,8 @@ CIFAR = ROOT / ".." / "shared" / "data" / "cifar10" / "cifar10-jpeg.tar.gz"
 
 def config_name(args: argparse.Namespace, shards: int, seed: int) -> str:
     return (f"{args.model}-s{shards}-b{args.budget}-e{args.local_batches}x{args.batch_size}-lr{args.learning_rate:g}"
-            f"-m{args.momentum:g}-sm{args.server_momentum:g}-seed{seed}")
+            f"-m{args.momentum:g}-sm{args.server_momentum:g}"
+            + (f"-slr{args.server_lr:g}" if args.server_lr != 1 else "") + f"-seed{seed}")
 
 
 def run(args: argparse.Namespace, shards: int, seed: int, out: Path) -> pd.DataFrame:
@@ -81,7 +85,7 @@ def run(args: argparse.Namespace, shards: int, seed: int, out: Path) -> pd.DataF
         mean = {key: sum(float(w) * s[key] for w, s in zip(share, trained)) for key in state}
         for key, value in list(state.items()):
             velocity[key] = args.server_momentum * velocity[key] + (value - mean[key])
-            state[key] = value - velocity[key]
+            state[key] = value - args.server_lr * velocity[key]
         if t % args.eval_every == 0 or t == args.rounds:
             model.load_state_dict(state)
             acc, loss = accuracy(model, x_test, y_test)
@@ -105,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--server-momentum", type=float, default=0.0)
+    parser.add_argument("--server-lr", type=float, default=1.0)
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--eval-size", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: run two probes side by side)")

@@ -1,6 +1,9 @@
 """Water preprocessing: window/target alignment, no leakage, split sizes, filters, cache."""
 
+import dataclasses
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from bouquet.data.synthetic import SyntheticConfig
@@ -8,6 +11,9 @@ from bouquet.data.water import (
     HouseholdDaily,
     InsufficientDataError,
     WaterDataConfig,
+    WaterPool,
+    fit_scaler,
+    global_scaler,
     load_pool,
     make_windows,
     select_pool,
@@ -330,3 +336,24 @@ def test_a_water_task_scores_and_trains_with_its_loss_and_calendar_inputs():
     assert before == pytest.approx(task.naive()["naive-window-median"], rel=1e-5)  # starts as the window median
     task.train(model, np.random.default_rng(1), proximal_mu=0.0)
     assert task.evaluate(model, np.random.default_rng(0))["mae-litres"] != before
+
+
+def test_global_scaling_fits_one_scaler_on_every_households_training_days():
+    # lookback 2, train fraction 0.5: 4 complete windows each, 2 train; training days are 0..3 (target 3)
+    low, high = household([10, 20, 30, 40, 50, 60], "a"), household([100, 200, 300, 400, 500, 600], "b")
+    config = WaterDataConfig(lookback=2, train_fraction=0.5, min_windows=2, scaling="global", active_factor=0.0,
+                             min_history_days=0)
+    # pooled training days 10..40 and 100..400: min 10, range 390
+    assert global_scaler([low, high], config) == (10.0, 390.0)
+    pool = WaterPool([low, high], pd.DataFrame({"household": ["a", "b"]}))
+    a, b = pool.client(0, config), pool.client(1, config)
+    assert (a.offset, a.scale) == (b.offset, b.scale) == (10.0, 390.0)
+    assert a.y_train.tolist() == pytest.approx([(30 - 10) / 390, (40 - 10) / 390])
+    assert b.to_litres(b.y_test).tolist() == pytest.approx([500, 600])  # the level survives the round trip
+    own = pool.client(1, dataclasses.replace(config, scaling="household"))
+    assert (own.offset, own.scale) == (100.0, 300.0) and own.y_train.max() == pytest.approx(1.0)
+    assert fit_scaler(np.array([1.0, 2.0, 3.0, 4.0]), "zscore") == pytest.approx((2.5, np.sqrt(1.25)))
+    with pytest.raises(ValueError, match="one household"):
+        WaterPool([low], pd.DataFrame({"household": ["a"]})).client(0, config)
+    with pytest.raises(ValueError, match="scaling"):
+        WaterDataConfig(scaling="pooled")

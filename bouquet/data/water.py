@@ -35,7 +35,9 @@ __all__ = [
     "WaterDataConfig",
     "WaterPool",
     "build_pool",
+    "fit_scaler",
     "forget_pools",
+    "global_scaler",
     "load_pool",
     "make_windows",
     "select_pool",
@@ -51,6 +53,8 @@ CALENDAR_INPUTS = ("none", "weekday")
 #: What each look-back step may carry about the household's own training days (``WaterDataConfig.household``).
 HOUSEHOLD_INPUTS = ("none", "profile")
 SOURCES = ("synthetic", "daiad")
+#: Whose training days the scaler is fitted on (``WaterDataConfig.scaling``).
+SCALINGS = ("household", "global")
 
 
 class InsufficientDataError(ValueError):
@@ -115,6 +119,14 @@ class WaterDataConfig:
         ``weekday`` adds two inputs to each step, the sine and cosine of ``2 pi w / 7`` where ``w``
         (Monday 0 ... Sunday 6) is the weekday of the day after that step, so the last step carries
         the target's weekday (:func:`weekday_inputs`).
+    scaling : {"household", "global"}, default "household"
+        Whose training days the scaler is fitted on.  ``household`` is the paper's: each household's own,
+        so every series spans [0, 1] (min-max) and the level differences between households are gone.
+        ``global``: one scaler fitted on the training days of every household in the pool, so a
+        household's level stays in its inputs and targets, which coalitions could group by.  It needs
+        the pool: a node holding one household cannot fit it (refused).  In a deployment the same
+        numbers would take one federated query (min and max, or sums and sums of squares; the robust
+        scaler's percentiles do not decompose); the simulation reads them from the pool.
     household : {"none", "profile"}, default "none"
         ``household-inputs``.  ``none`` is the paper's.  ``profile`` adds two inputs to each step, both
         from the household's training targets only (scaled): their mean, and their mean on the weekday of
@@ -134,10 +146,12 @@ class WaterDataConfig:
     scaler: str = "minmax"
     calendar: str = "none"
     household: str = "none"
+    scaling: str = "household"
 
     def __post_init__(self) -> None:
         require(self.source in SOURCES, "source", f"data source must be one of {SOURCES}, got {self.source!r}")
         require(self.scaler in SCALERS, "scaler", f"scaler must be one of {SCALERS}, got {self.scaler!r}")
+        require(self.scaling in SCALINGS, "scaling", f"scaling must be one of {SCALINGS}, got {self.scaling!r}")
         require(self.calendar in CALENDAR_INPUTS, "calendar",
                 f"calendar-inputs must be one of {', '.join(CALENDAR_INPUTS)}, got {self.calendar!r}")
         require(self.household in HOUSEHOLD_INPUTS, "household",
@@ -250,9 +264,46 @@ def weekday_profile(values: np.ndarray, days: np.ndarray) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), overall)
 
 
+def _train_windows(n_windows: int, train_fraction: float) -> int:
+    return min(max(int(np.floor(train_fraction * n_windows)), 1), n_windows - 1)
+
+
+def _fit_days(litres: np.ndarray, targets: np.ndarray, n_train: int) -> np.ndarray:
+    """The valid days up to the last training target: what a scaler may see."""
+    days = litres[: targets[n_train - 1] + 1]
+    return days[np.isfinite(days)]
+
+
+def fit_scaler(days: np.ndarray, scaler: str = "minmax") -> tuple[float, float]:
+    """(offset, scale) of ``scaler`` on ``days``: min and range, median and IQR, or mean and std (1 if 0)."""
+    if scaler == "minmax":
+        offset, scale = float(days.min()), float(days.max() - days.min())
+    elif scaler == "robust":
+        low, median, high = np.percentile(days, [25, 50, 75])
+        offset, scale = float(median), float(high - low)
+    elif scaler == "zscore":
+        offset, scale = float(days.mean()), float(days.std())
+    else:
+        raise ValueError(f"scaler must be one of {SCALERS}, got {scaler!r}")
+    return offset, scale if scale > 0 else 1.0
+
+
+def global_scaler(households: list[HouseholdDaily], config: WaterDataConfig) -> tuple[float, float]:
+    """The scaler of ``scaling = "global"``: fitted on every household's training days, pooled."""
+    pieces = []
+    for household in households:
+        litres = np.asarray(household.litres, dtype=np.float64)
+        targets = _complete_windows(litres, config.lookback)
+        if len(targets) >= 2:
+            pieces.append(_fit_days(litres, targets, _train_windows(len(targets), config.train_fraction)))
+    if not pieces:
+        raise InsufficientDataError("no household has training days to fit a global scaler on")
+    return fit_scaler(np.concatenate(pieces), config.scaler)
+
+
 def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: float = 0.8,
                  scaler: str = "minmax", min_windows: int = 2, calendar: str = "none",
-                 household_inputs: str = "none") -> ClientWindows:
+                 household_inputs: str = "none", fit: tuple[float, float] | None = None) -> ClientWindows:
     """Look-back windows with one-step-ahead targets, split chronologically.
 
     Window ``t`` has inputs days ``t-L .. t-1`` and target day ``t``; only
@@ -260,6 +311,8 @@ def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: 
     first ``floor(train_fraction * n)`` windows (by target day) train, the rest
     test.  The scaler is fitted on the valid days up to the last training
     target, so nothing after it (no test target) reaches the normaliser.
+    ``fit`` = (offset, scale) uses that scaler instead (``scaling = "global"``,
+    :func:`global_scaler`).
 
     Raises
     ------
@@ -281,18 +334,9 @@ def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: 
             f"{household.valid_days} valid days; needs at least {max(min_windows, 2)} windows of "
             f"{lookback} + 1 consecutive valid days"
         )
-    n_train = int(np.floor(train_fraction * len(targets)))
-    n_train = min(max(n_train, 1), len(targets) - 1)
-    fit_days = litres[: targets[n_train - 1] + 1]
-    fit_days = fit_days[np.isfinite(fit_days)]
-    if scaler == "minmax":
-        offset, scale = float(fit_days.min()), float(fit_days.max() - fit_days.min())
-    elif scaler == "robust":
-        low, median, high = np.percentile(fit_days, [25, 50, 75])
-        offset, scale = float(median), float(high - low)
-    else:
-        offset, scale = float(fit_days.mean()), float(fit_days.std())
-    scale = scale if scale > 0 else 1.0
+    n_train = _train_windows(len(targets), train_fraction)
+    offset, scale = fit if fit is not None else fit_scaler(
+        _fit_days(litres, targets, n_train), scaler)
     scaled = (litres - offset) / scale
     inputs = scaled[targets[:, None] - lookback + np.arange(lookback)[None, :]]
     x = inputs[..., None]
@@ -323,6 +367,9 @@ class WaterPool:
 
     households: list[HouseholdDaily]
     report: pd.DataFrame
+    #: ``scaling = "global"``'s scalers, once per (scaler, lookback, train fraction): a memo, not data
+    global_fits: dict[tuple[str, int, float], tuple[float, float]] = field(
+        default_factory=dict, init=False, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.households)
@@ -341,8 +388,20 @@ class WaterPool:
                 f"partition-id {partition_id} is outside the pool of {len(self.households)} households; "
                 f"run at most {len(self.households)} supernodes or relax the filters"
             )
+        fit = None
+        if config.scaling == "global":
+            if len(self.households) < 2:
+                raise ValueError("scaling = 'global' fits one scaler on every household of the pool; this node "
+                                 "holds one household, so it cannot (use scaling = 'household')")
+            fit = self._global_fit(config)
         return make_windows(self.households[partition_id], config.lookback, config.train_fraction,
-                            config.scaler, config.min_windows, config.calendar, config.household)
+                            config.scaler, config.min_windows, config.calendar, config.household, fit)
+
+    def _global_fit(self, config: WaterDataConfig) -> tuple[float, float]:
+        key = (config.scaler, config.lookback, config.train_fraction)
+        if key not in self.global_fits:
+            self.global_fits[key] = global_scaler(self.households, config)
+        return self.global_fits[key]
 
 
 def select_pool(households: list[HouseholdDaily], config: WaterDataConfig) -> WaterPool:
