@@ -25,7 +25,8 @@ of the test set (``--eval-size``; the test set is sorted by class).
 It is an analysis, not a federated run, so it calls the task functions
 directly instead of going through Flower.  One CSV per configuration and
 seed in ``--out`` (round, accuracy, loss, seconds); a finished file is
-skipped, so the script can be stopped and restarted.
+skipped, so the script can be stopped and restarted.  ``--summarise FOLDER``
+writes every finished curve's table and figure (``docs/figures/sckm-regime``).
 """
 
 from __future__ import annotations
@@ -95,6 +96,39 @@ def run(args: argparse.Namespace, shards: int, seed: int, out: Path) -> pd.DataF
     return pd.DataFrame(rows)
 
 
+def summarise(folder: Path, out: Path) -> pd.DataFrame:
+    """Every finished curve in ``folder``: ``curves.csv`` (all points), ``table.md`` (per configuration, the
+    accuracy at rounds 100, 200, 300 and the mean of the last 5 evaluations) and ``curves.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frames = [pd.read_csv(path).assign(config=path.stem) for path in sorted(folder.glob("*.csv"))
+              if path.name != "curves.csv"]
+    if not frames:
+        raise SystemExit(f"no finished curve in {folder}")
+    curves = pd.concat(frames, ignore_index=True)
+    out.mkdir(parents=True, exist_ok=True)
+    curves.to_csv(out / "curves.csv", index=False)
+    lines = ["| configuration | round 100 | round 200 | round 300 | last 5 evaluations |", "|---|--:|--:|--:|--:|"]
+    for name, part in curves.groupby("config", sort=False):
+        at = part.set_index("round")["accuracy"]
+        cells = [f"{100 * at[r]:.1f}" if r in at.index else "-" for r in (100, 200, 300)]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {100 * part['accuracy'].tail(5).mean():.1f} |")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    for ax, shards in zip(axes, ("s2", "s5")):
+        for name, part in curves[curves["config"].str.contains(f"-{shards}-")].groupby("config"):
+            ax.plot(part["round"], 100 * part["accuracy"], label=name.replace(f"-{shards}", ""))
+        ax.axhline(25 if shards == "s2" else 40, color="grey", linestyle=":")
+        ax.set(title=f"S = {shards[1]}, B = 2, random selection", xlabel="round", ylabel="test accuracy (%)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=120)
+    return curves
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=CIFAR)
@@ -115,7 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: run two probes side by side)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "sckm-regime")
+    parser.add_argument("--summarise", type=Path, default=None, metavar="FOLDER",
+                        help="only write curves.csv, table.md and curves.png of the curves in --out to FOLDER")
     args = parser.parse_args(argv)
+    if args.summarise is not None:
+        summarise(args.out, args.summarise)
+        return 0
     if not args.data.exists():
         raise SystemExit(f"image data not found: {args.data}")
     if not 0 <= args.server_momentum < 1:
