@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bouquet.launch import local_superlink, pool_size, toml_value
+from bouquet.processes import check_ray_address
 from bouquet.results import RunFolder
 
 __all__ = ["Job", "layered_run_config", "load_layer", "load_profile", "naive_client_errors", "naive_client_forecasts",
@@ -97,7 +98,14 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
     ``describe(summary)`` turns a finished run's ``summary.json`` into the text
     printed after "done in N s:".  With ``ray_address`` the simulations join that
     Ray cluster instead of starting a private one each.
+
+    Raises
+    ------
+    ValueError
+        No Ray cluster answers at ``ray_address`` (before any run starts).
     """
+    if ray_address:
+        check_ray_address(ray_address)
     todo = [job for job in jobs if not RunFolder(job.folder).finished]
     print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already done", flush=True)
     failures = 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bouquet.processes import (
+    check_ray_address,
     flower_bin,
     flwr,
     free_port,
@@ -177,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="go on with an interrupted run from its last checkpoint, with its config.json "
                              "(--run-config may add resume-allow-rounds=true num-server-rounds=N)")
     args = parser.parse_args(argv)
+    if args.ray_address:
+        try:
+            check_ray_address(args.ray_address)
+        except ValueError as exc:
+            parser.exit(2, f"bouquet: {exc}\n")
     if args.resume:
         args.run_config = resume_overrides(Path(args.resume), args.run_config)
         print(f"bouquet: resuming {Path(args.resume).resolve()}", flush=True)

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["flower_bin", "flwr", "free_port", "offline_env", "port_open", "start", "stop", "terminate_as_exit",
-           "wait_until"]
+__all__ = ["check_ray_address", "flower_bin", "flwr", "free_port", "offline_env", "port_open", "start", "stop",
+           "terminate_as_exit", "wait_until"]
 
 
 def free_port() -> int:
@@ -34,6 +34,28 @@ def port_open(port: int) -> bool:
     """Whether something listens on 127.0.0.1:``port``."""
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def check_ray_address(address: str, timeout: float = 5.0) -> None:
+    """Raise ValueError, naming the address and the fix, unless a Ray head answers at ``address``.
+
+    ``address`` is what ``ray start --head --port P`` prints for other nodes (``host:P``), or a Ray Client
+    address ``ray://host:port``; ``auto`` is left to Ray.  Without this check a simulation given a wrong
+    address starts, its nodes never come up, and the ServerApp waits for them until its own timeouts.
+    """
+    if address == "auto":
+        return
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"Ray address {address!r} is not host:port (what `ray start --head --port P` prints)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return
+    except OSError as exc:
+        raise ValueError(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with "
+                         f"`ray start --head --node-ip-address {host} --port {port}`, or leave out the Ray "
+                         f"address to use a private Ray") from None
 
 
 def offline_env(flwr_home: Path | None = None) -> dict[str, str]:

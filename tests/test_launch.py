@@ -75,3 +75,28 @@ def test_failed_runs_name_every_run_that_did_not_complete():
                                     "run 3 ended running"]
     assert failed_runs('{"runs": []}') == []
     assert failed_runs("flwr ls failed: connection refused")[0].startswith("could not read the runs' status")
+
+
+def test_a_ray_address_nobody_answers_at_stops_before_any_run_starts(tmp_path, capsys):
+    import socket
+
+    import pytest
+
+    from bouquet import launch
+    from bouquet.experiments import run_jobs
+    from bouquet.processes import check_ray_address, free_port
+
+    port = free_port()  # nothing listens there
+    with pytest.raises(SystemExit) as stopped:
+        launch.main([str(ROOT), "--supernodes", "2", "--ray-address", f"127.0.0.1:{port}"])
+    assert stopped.value.code == 2
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not host:port"):
+        check_ray_address("head-without-port")
+    with pytest.raises(ValueError, match="no Ray cluster answers"):
+        run_jobs(ROOT, [], tmp_path, str, ray_address=f"ray://127.0.0.1:{port}")
+    with socket.socket() as listening:  # something answers: accepted (Ray itself then does the rest)
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        check_ray_address(f"127.0.0.1:{listening.getsockname()[1]}")
+    check_ray_address("auto")
