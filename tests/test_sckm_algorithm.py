@@ -54,6 +54,8 @@ def test_eta_linear_form_equals_pairwise_mean(g):
     expected = (m.sum(axis=1) - np.diag(m)) / (k - 1)
     np.testing.assert_allclose(sckm_eta(g), expected, rtol=1e-9, atol=1e-7)
     np.testing.assert_allclose(m, m.T)
+    # blocks of 2 rows on 1 or 3 threads: the same numbers to the bit (column sums added in block order)
+    assert np.array_equal(sckm_eta(g, block_rows=2, workers=1), sckm_eta(g, block_rows=2, workers=3))
 
 
 @settings(max_examples=40, deadline=None)

@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, Self
 
 import numpy as np
 
@@ -149,7 +152,7 @@ def sckm_matrix(sketches: np.ndarray) -> np.ndarray:
     return (cross + cross.T) / g.shape[1]
 
 
-def sckm_eta(sketches: np.ndarray, block_rows: int | None = None) -> np.ndarray:
+def sckm_eta(sketches: np.ndarray, block_rows: int | None = None, workers: int | None = None) -> np.ndarray:
     """Eq. (9): each client's mean SCKM to the other K-1, in O(K d').
 
     With column sums ``P = sum_k g_k`` and ``Q = sum_k g_k**2``,
@@ -158,6 +161,9 @@ def sckm_eta(sketches: np.ndarray, block_rows: int | None = None) -> np.ndarray:
     building the K x K matrix.  Two passes over ``G`` in blocks of
     ``block_rows`` rows (default: about 2 MB of float64 per block, so the
     temporaries stay in cache; float32 sketches are never copied whole).
+    The blocks of each pass run on ``workers`` threads (default: the CPU
+    count; numpy and BLAS release the GIL); the column sums are added in
+    block order, so the result is the same to the bit for any ``workers``.
 
     Raises
     ------
@@ -172,21 +178,45 @@ def sckm_eta(sketches: np.ndarray, block_rows: int | None = None) -> np.ndarray:
     if k < 2:
         raise ValueError("eta needs at least two clients")
     rows = block_rows or max(1, 250_000 // d)
+    starts = range(0, k, rows)
+
+    def sums(start: int) -> tuple[np.ndarray, np.ndarray, bool]:
+        block = g[start:start + rows].astype(np.float64, copy=False)
+        return block.sum(axis=0), np.einsum("ij,ij->j", block, block), bool(np.isfinite(block).all())
+
     p = np.zeros(d)
     q = np.zeros(d)
-    for start in range(0, k, rows):
-        block = g[start:start + rows].astype(np.float64, copy=False)
-        if not np.isfinite(block).all():
-            raise ValueError("sketches contain non-finite values")
-        p += block.sum(axis=0)
-        q += np.einsum("ij,ij->j", block, block)
     eta = np.empty(k)
-    for start in range(0, k, rows):
+
+    def scores(start: int) -> None:
         block = g[start:start + rows].astype(np.float64, copy=False)
         weighted = p - 2.0 * block
         weighted *= block  # g (P - 2 g)
         eta[start:start + rows] = block @ q + np.einsum("ij,ij->i", weighted, block)
+
+    threads = max(1, min(workers or os.cpu_count() or 1, len(starts)))
+    with ThreadPoolExecutor(threads) if threads > 1 else _InThread() as pool:
+        for block_p, block_q, finite in pool.map(sums, starts):  # in block order: the same sums as one thread
+            if not finite:
+                raise ValueError("sketches contain non-finite values")
+            p += block_p
+            q += block_q
+        list(pool.map(scores, starts))
     return eta / (d * (k - 1))
+
+
+class _InThread:
+    """``ThreadPoolExecutor``'s ``map`` in the calling thread (one worker: no pool to start)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    @staticmethod
+    def map(fn: Callable[[int], Any], items: Iterable[int]) -> Iterator[Any]:
+        return map(fn, items)
 
 
 def _offdiagonal_range(scores: np.ndarray) -> tuple[float, float]:
