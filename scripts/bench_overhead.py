@@ -1,0 +1,192 @@
+"""Benchmark: what Flower and our client path cost over the bare compute of the same federated run.
+
+    python scripts/bench_overhead.py                      # the default job and the DAIAD paper-profile FedAvg arm
+    python scripts/bench_overhead.py --jobs default --rounds 5
+
+For each job, in one invocation (machines here are noisy, so only ratios
+measured together are compared):
+
+* **Flower**: ``python -m bouquet.launch .`` with the job's run config (what a
+  user runs: private SuperLink, Ray, one SuperNode per household), timed from
+  the command's start to its exit;
+* **bare**: the same work in a loop with no Flower, on a process pool with one
+  worker per CPU (one torch thread each, as the ClientApp sets): the same
+  pool and LSTM, the same seeded choice of clients per round
+  (:func:`bouquet.strategies.sampling.draw_nodes` in partition order), the same
+  local training (:meth:`bouquet.tasks.water.WaterTask.train` with the app's
+  seeds), the same aggregation (the app's aggregator on
+  :class:`bouquet.strategies.rounds.ClientUpdates` in partition order), every
+  client evaluated every round, and the final evaluation of every client.
+
+The bare loop must reach the Flower run's final MAE to the last digit (checked
+and printed): it is the same computation.  Prints a table and, as its last
+line, ``overhead ratio: X`` (Flower wall / bare wall, the larger over the
+jobs); writes ``results/bench/overhead.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bouquet.config import AppConfig
+from bouquet.experiments import layered_run_config
+from bouquet.launch import toml_value
+from bouquet.server_app import _aggregator
+from bouquet.strategies.rounds import ClientUpdates
+from bouquet.strategies.sampling import draw_nodes, training_count
+from bouquet.tasks.water import LSTMForecaster, WaterTask
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = {
+    "default": [],
+    "daiad-paper-fedavg": [("data", "daiad"), ("profiles", "paper"), ("arms", "fedavg")],
+}
+
+
+def job_config(name: str, rounds: int | None) -> dict:
+    config = layered_run_config(ROOT / "experiments" / "hk", JOBS[name], ROOT) if JOBS[name] else {}
+    if rounds is not None:
+        config["num-server-rounds"] = rounds
+    return config
+
+
+# ------------------------------------------------------------------ the bare loop's workers
+_CONFIG: AppConfig | None = None
+
+
+def _init(run_config: dict) -> None:
+    global _CONFIG
+    torch.set_num_threads(1)
+    _CONFIG = AppConfig.from_run_config(run_config)
+
+
+@functools.cache
+def _task(partition: int) -> WaterTask:
+    c = _CONFIG
+    return WaterTask.for_node(c.water_data, c.water_model, c.water_train, None, partition, None)
+
+
+def _loaded(task: WaterTask, state: dict[str, np.ndarray]) -> torch.nn.Module:
+    model = task.new_model()
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+    return model
+
+
+def _train(job: tuple[int, int, dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
+    partition, server_round, state = job
+    task = _task(partition)
+    model = _loaded(task, state)
+    rng = np.random.default_rng([_CONFIG.sampling.seed, server_round, partition])  # as client_app.train
+    torch.manual_seed(int(rng.integers(2**31)))
+    task.train(model, rng, 0.0)
+    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}, task.num_examples
+
+
+def _evaluate(job: tuple[int, int, dict[str, np.ndarray], bool]) -> dict[str, float]:
+    partition, server_round, state, final = job
+    task = _task(partition)
+    model = _loaded(task, state)
+    rng = np.random.default_rng([_CONFIG.sampling.seed, server_round, partition, 1])  # as client_app.evaluate
+    metrics = task.evaluate(model, rng)
+    if final:
+        metrics |= task.naive()
+        task.forecasts(model)
+    return metrics
+
+
+def bare_run(run_config: dict, supernodes: int, workers: int) -> tuple[float, float]:
+    """(wall seconds, final MAE in L/day) of the run's work without Flower."""
+    config = AppConfig.from_run_config(run_config)
+    started = time.perf_counter()
+    torch.manual_seed(config.sampling.seed)  # as server_app._run_water
+    model = LSTMForecaster.from_params(config.water_model, config.water_data.input_channels)
+    state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    aggregator = _aggregator(config)
+    partitions = list(range(supernodes))
+    with get_context("fork").Pool(workers, initializer=_init, initargs=(run_config,)) as pool:
+        for server_round in range(1, config.run.num_server_rounds + 1):
+            count = training_count(config.sampling, len(partitions))
+            picked = draw_nodes(partitions, count, np.random.default_rng([config.sampling.seed, server_round]))
+            results = pool.map(_train, [(p, server_round, state) for p in picked])
+            updates = ClientUpdates(server_round=server_round, seed=config.sampling.seed, node_ids=tuple(picked),
+                                    models=tuple(m for m, _ in results), num_examples=tuple(float(n) for _, n in results),
+                                    references=tuple(state for _ in picked),
+                                    identities=tuple({"partition-id": p} for p in picked))
+            aggregate = aggregator.aggregate(updates)
+            if aggregate.model is not None:
+                state = {k: np.asarray(v) for k, v in aggregate.model.items()}
+            pool.map(_evaluate, [(p, server_round, state, False) for p in partitions])
+        final = pool.map(_evaluate, [(p, 0, state, True) for p in partitions])
+    return time.perf_counter() - started, float(np.mean([m["mae-litres"] for m in final]))
+
+
+def flower_run(run_config: dict, supernodes: int, results: Path) -> tuple[float, float]:
+    """(wall seconds, final MAE) of ``python -m bouquet.launch .`` on the same run config."""
+    overrides = {**run_config, "results-dir": str(results), "run-name": "bench"}
+    text = " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "bouquet.launch", str(ROOT), "--supernodes", str(supernodes),
+                           "--run-config", text], capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    summaries = sorted(results.glob("*/summary.json"))
+    if done.returncode != 0 or not summaries:
+        raise SystemExit(f"the Flower run failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return wall, float(json.loads(summaries[-1].read_text())["mae-litres-mean"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument("--rounds", type=int, default=None, help="override num-server-rounds (a shorter bench)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="bare loop processes")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "overhead.csv")
+    args = parser.parse_args(argv)
+
+    from bouquet.launch import pool_size
+
+    print(f"# bench_overhead: {os.cpu_count()} CPUs, torch {torch.__version__}, bare loop on {args.workers} "
+          f"processes", flush=True)
+    rows = []
+    for name in args.jobs:
+        run_config = job_config(name, args.rounds)
+        supernodes = pool_size(ROOT, " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items()))
+        with tempfile.TemporaryDirectory(prefix="bench-overhead-") as folder:
+            flower_wall, flower_mae = flower_run(run_config, supernodes, Path(folder))
+        bare_wall, bare_mae = bare_run(run_config, supernodes, args.workers)
+        same = np.isclose(flower_mae, bare_mae, rtol=0, atol=1e-9)
+        rows.append({"job": name, "supernodes": supernodes, "flower-s": flower_wall, "bare-s": bare_wall,
+                     "ratio": flower_wall / bare_wall, "flower-mae": flower_mae, "bare-mae": bare_mae,
+                     "same-mae": bool(same)})
+        print(f"{name}: {supernodes} SuperNodes; Flower {flower_wall:.1f} s, bare {bare_wall:.1f} s "
+              f"({flower_wall / bare_wall:.2f}x); final MAE {flower_mae:.4f} vs {bare_mae:.4f} "
+              f"({'same' if same else 'DIFFERENT'})", flush=True)
+    print("\n| job | SuperNodes | Flower (s) | bare (s) | Flower / bare | final MAE (both) |")
+    print("|---|--:|--:|--:|--:|--:|")
+    for r in rows:
+        mae = f"{r['flower-mae']:.2f}" if r["same-mae"] else f"{r['flower-mae']:.2f} vs {r['bare-mae']:.2f}"
+        print(f"| {r['job']} | {r['supernodes']} | {r['flower-s']:.1f} | {r['bare-s']:.1f} | {r['ratio']:.2f} | {mae} |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"\nwritten {args.out}")
+    print(f"overhead ratio: {max(r['ratio'] for r in rows):.2f}")
+    return 0 if all(r["same-mae"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
