@@ -27,7 +27,6 @@ jobs); writes ``results/bench/overhead.csv``.
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import json
 import os
@@ -39,6 +38,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from bouquet.config import AppConfig
@@ -179,10 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         mae = f"{r['flower-mae']:.2f}" if r["same-mae"] else f"{r['flower-mae']:.2f} vs {r['bare-mae']:.2f}"
         print(f"| {r['job']} | {r['supernodes']} | {r['flower-s']:.1f} | {r['bare-s']:.1f} | {r['ratio']:.2f} | {mae} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    pd.DataFrame(rows).to_csv(args.out, index=False)
     print(f"\nwritten {args.out}")
     print(f"overhead ratio: {max(r['ratio'] for r in rows):.2f}")
     return 0 if all(r["same-mae"] for r in rows) else 1
