@@ -31,7 +31,9 @@ over a row for the same setting, arm and seed) and writes:
   is not above the accuracy of the untrained model (round 0), i.e. where no
   arm learned;
 * ``selection_facts``: what each arm chose, from the run folders'
-  ``train_clients.csv`` and ``selection.csv`` and each client's classes (the
+  ``train_clients.csv`` and ``selection.csv`` (with ``sketch-source =
+  "local-update"``, the aggregated updates of each round's ``update-nodes``
+  instead of who trained) and each client's classes (the
   run's own seeded partition, rebuilt from its ``config.json``): distinct
   classes covered by a round's trained clients, the loss rank of the chosen
   among the candidates (1 = highest loss; empty where the arm asked no
@@ -286,6 +288,11 @@ def selection_facts(base: Path, out: Path) -> pd.DataFrame | None:
         classes = _client_classes(run.app_config().vision_data, int(match["clients"]))
         train = run.table("train_clients")
         trained = {int(r): part["partition-id"].astype(int).tolist() for r, part in train.groupby("round")}
+        aggregated = {int(r["round"]): r["update-nodes"] for r in run.rounds("train") if "update-nodes" in r}
+        if aggregated:  # sketch-source local-update: every candidate trains; the selection is whose update counts
+            partitions = {(int(r), int(n)): int(p) for r, n, p in zip(train["round"], train["node_id"],
+                                                                      train["partition-id"])}
+            trained = {r: [partitions[(r, int(n))] for n in nodes] for r, nodes in aggregated.items()}
         losses = chosen = None
         if run.has("selection"):
             sel = run.table("selection").dropna(subset=["loss"])

@@ -30,3 +30,26 @@ def test_variant_table_by_hand(tmp_path):
     assert two["seeds"] == 1 and np.isnan(two["last5_std"]) and two["last5_mean"] == 11.0
     assert len(table) == 3
     assert "| sckm-update-neg-classifier | 2 | 33.50 +- 0.71 | +5.00 |" in (tmp_path / "table.md").read_text()
+
+
+def test_selection_facts_of_a_local_update_run_follow_the_aggregated_updates(tmp_path):
+    import json
+
+    from bouquet.config import AppConfig
+
+    figures = script("sckm_figures")
+    run = tmp_path / "base" / "c4-s1-b1" / "sckm-update-pos-concat" / "seed-0"
+    run.mkdir(parents=True)
+    config = AppConfig.from_run_config({"task": "vision", "shards-per-client": 1})
+    (run / "config.json").write_text(json.dumps(config.to_run_config()))
+    # every one of 4 clients trains in both rounds; the rounds aggregate partition 2, then partition 2 again
+    nodes = {0: 100, 1: 101, 2: 102, 3: 103}
+    rows = ["round,node_id,partition-id,household,train-loss,num-examples"]
+    rows += [f"{r},{nodes[p]},{p},,1.0,10" for r in (1, 2) for p in range(4)]
+    (run / "train_clients.csv").write_text("\n".join(rows) + "\n")
+    (run / "rounds.jsonl").write_text("".join(json.dumps({"round": r, "phase": "train", "update-nodes": [102]}) + "\n"
+                                              for r in (1, 2)))
+    facts = figures.selection_facts(tmp_path / "base", tmp_path).set_index("arm").loc["sckm-update-pos-concat"]
+    classes = figures._client_classes(config.vision_data, 4)
+    assert facts["distinct-clients"] == 1 and facts["reused-rounds"] == 1  # not 4 clients, re-used every round
+    assert facts["classes-covered"] == len(classes[2])
