@@ -62,14 +62,15 @@ from bouquet.strategies.update_selection import UpdateSelection
 from bouquet.tasks.vision import accuracy, batch_indices, make_model
 from bouquet.tasks.water import NAIVE_FORECASTS, LSTMForecaster, naive_metric
 
-__all__ = ["app", "build_strategy", "evaluate_every_node"]
+__all__ = ["app", "build_strategy", "evaluate_every_node", "make_aggregator"]
 
 log = logging.getLogger(__name__)
 route_to_flower()
 app = ServerApp()
 
 
-def _aggregator(config: AppConfig) -> Aggregator:
+def make_aggregator(config: AppConfig) -> Aggregator:
+    """The aggregator part the run config names (also the bare loop of ``scripts/bench_overhead.py``)."""
     family = config.spec.family
     if family == "hk":
         return Coalitions(HKRule(config.hk, config.coalitions.record_trajectories), config.coalitions)
@@ -128,7 +129,7 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
         observers.append(RecorderObserver(recorder))
         if config.spec.family == "hk" and config.coalitions.record_trajectories:
             observers.append(TrajectoryWriter(recorder.folder / "trajectories"))
-    aggregator = _aggregator(config)
+    aggregator = make_aggregator(config)
     if by_updates:
         aggregator = UpdateSelection(aggregator, config.selector(), config.sampling.clients_per_round,
                                      config.selection.sketch_fraction)

@@ -44,7 +44,7 @@ import torch
 from bouquet.config import AppConfig
 from bouquet.experiments import layered_run_config
 from bouquet.launch import toml_value
-from bouquet.server_app import _aggregator
+from bouquet.server_app import make_aggregator
 from bouquet.strategies.rounds import ClientUpdates
 from bouquet.strategies.sampling import draw_nodes, training_count
 from bouquet.tasks.water import LSTMForecaster, WaterTask
@@ -114,7 +114,7 @@ def bare_run(run_config: dict, supernodes: int, workers: int) -> tuple[float, fl
     torch.manual_seed(config.sampling.seed)  # as server_app._run_water
     model = LSTMForecaster.from_params(config.water_model, config.water_data.input_channels)
     state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-    aggregator = _aggregator(config)
+    aggregator = make_aggregator(config)
     partitions = list(range(supernodes))
     with get_context("fork").Pool(workers, initializer=_init, initargs=(run_config,)) as pool:
         for server_round in range(1, config.run.num_server_rounds + 1):

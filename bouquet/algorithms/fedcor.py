@@ -57,10 +57,17 @@ def _check_changes(changes: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray
     return y, w
 
 
+def _mean_and_scatter(changes: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``mu`` (:func:`weighted_mean_changes`) and the weighted scatter matrix of ``y_e - mu``, both fits' data."""
+    y, w = _check_changes(changes, weights)
+    mu = w @ y / w.sum()
+    r = y - mu
+    return mu, (r * w[:, None]).T @ r / w.sum()
+
+
 def weighted_mean_changes(changes: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The prior mean ``mu``: each client's weighted mean change (the official ``MLE_Mean``)."""
-    y, w = _check_changes(changes, weights)
-    return w @ y / w.sum()
+    return _mean_and_scatter(changes, weights)[0]
 
 
 def gp_log_likelihood(covariance: np.ndarray, changes: np.ndarray, weights: np.ndarray,
@@ -100,14 +107,11 @@ def fit_gp_covariance(changes: np.ndarray, weights: np.ndarray, dimension: int =
         scatter matrix (the rest at ``noise^2``): the maximum of the weighted likelihood over all
         ``K = P^T P + noise^2 I`` with P of D rows.
     """
-    y, w = _check_changes(changes, weights)
+    mu, scatter = _mean_and_scatter(changes, weights)
     if dimension < 1:
         raise ValueError(f"dimension must be >= 1, got {dimension}")
     if noise <= 0:
         raise ValueError(f"noise must be > 0, got {noise}")
-    mu = w @ y / w.sum()
-    r = y - mu
-    scatter = (r * w[:, None]).T @ r / w.sum()
     values, vectors = np.linalg.eigh(scatter)  # ascending
     floor = noise ** 2
     kept = np.full_like(values, floor)
@@ -126,18 +130,16 @@ def fit_gp_covariance_reference(changes: np.ndarray, weights: np.ndarray, dimens
     likelihood in ``K`` is ``G = W/2 (K^-1 - K^-1 S K^-1)`` (``W`` the weights' sum, ``S`` the weighted
     scatter), so the gradient in ``P`` is ``2 P G``.  Returns ``(mu, K)`` like :func:`fit_gp_covariance`.
     """
-    y, w = _check_changes(changes, weights)
-    mu = w @ y / w.sum()
-    r = y - mu
-    scatter = (r * w[:, None]).T @ r / w.sum()
-    n = y.shape[1]
+    mu, scatter = _mean_and_scatter(changes, weights)
+    total = float(np.sum(weights))
+    n = len(mu)
     p = np.random.default_rng(seed).standard_normal((dimension, n)) / np.sqrt(dimension)
     m, v = np.zeros_like(p), np.zeros_like(p)
     b1, b2, eps = 0.9, 0.999, 1e-8  # torch.optim.Adam's defaults
     for t in range(1, steps + 1):
         k = p.T @ p + noise ** 2 * np.eye(n)
         inv = np.linalg.inv(k)
-        g = 0.5 * w.sum() * (inv - inv @ scatter @ inv)
+        g = 0.5 * total * (inv - inv @ scatter @ inv)
         grad = 2 * p @ g
         m = b1 * m + (1 - b1) * grad
         v = b2 * v + (1 - b2) * grad ** 2

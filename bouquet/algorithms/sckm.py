@@ -25,10 +25,9 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Self
 
 import numpy as np
 
@@ -195,7 +194,7 @@ def sckm_eta(sketches: np.ndarray, block_rows: int | None = None, workers: int |
         eta[start:start + rows] = block @ q + np.einsum("ij,ij->i", weighted, block)
 
     threads = max(1, min(workers or os.cpu_count() or 1, len(starts)))
-    with ThreadPoolExecutor(threads) if threads > 1 else _InThread() as pool:
+    with ThreadPoolExecutor(threads) as pool:
         for block_p, block_q, finite in pool.map(sums, starts):  # in block order: the same sums as one thread
             if not finite:
                 raise ValueError("sketches contain non-finite values")
@@ -203,20 +202,6 @@ def sckm_eta(sketches: np.ndarray, block_rows: int | None = None, workers: int |
             q += block_q
         list(pool.map(scores, starts))
     return eta / (d * (k - 1))
-
-
-class _InThread:
-    """``ThreadPoolExecutor``'s ``map`` in the calling thread (one worker: no pool to start)."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    @staticmethod
-    def map(fn: Callable[[int], Any], items: Iterable[int]) -> Iterator[Any]:
-        return map(fn, items)
 
 
 def _offdiagonal_range(scores: np.ndarray) -> tuple[float, float]:

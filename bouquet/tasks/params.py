@@ -132,8 +132,8 @@ class VisionModelParams:
     Parameters
     ----------
     name : {"cnn", "cnn-gn", "vgg16", "vgg16-bn"}, default "cnn"
-        A small CPU-friendly CNN (two blocks, or three with GroupNorm), or the paper's CIFAR-style VGG-16 (32 x 32 images), without or with
-        batch norm.
+        A small CPU-friendly CNN (two blocks, or three with GroupNorm), or the paper's CIFAR-style VGG-16
+        (32 x 32 images), without or with batch norm.
     """
 
     name: str = "cnn"
