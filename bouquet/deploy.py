@@ -145,10 +145,20 @@ class Deployment:
         """A ``flwr`` command against this deployment's connection."""
         return flwr(list(args), self.flwr_home, timeout=timeout, capture=capture)
 
-    def register(self, public_key: Path) -> None:
-        done = self.flwr("supernode", "register", str(public_key), self.connection)
+    def register(self, public_key: Path) -> int:
+        """Register a SuperNode's public key with the running SuperLink (``flwr supernode register``); the
+        node id it gets."""
+        done = self.flwr("supernode", "register", str(public_key), self.connection, "--format", "json")
         if done.returncode != 0:
             raise RuntimeError(f"registering {public_key} failed:\n{done.stdout}{done.stderr}")
+        return int(json.loads(done.stdout)["node-id"])
+
+    def unregister(self, node_id: int) -> None:
+        """Remove a node from the running SuperLink (``flwr supernode unregister``): its key can no longer
+        connect; no restart of the SuperLink."""
+        done = self.flwr("supernode", "unregister", str(node_id), self.connection)
+        if done.returncode != 0:
+            raise RuntimeError(f"unregistering node {node_id} failed:\n{done.stdout}{done.stderr}")
 
     def run(self, app_dir: Path, run_config: str = "", timeout: float | None = 900,
             capture: bool = True) -> subprocess.CompletedProcess:

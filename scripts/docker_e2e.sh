@@ -1,33 +1,78 @@
 #!/usr/bin/env bash
-# End-to-end check of the Docker deployment: build the images, bring the compose stack up on loopback,
-# run 2 rounds of the water app over 3 SuperNodes (each ClientApp container mounting only its household's
-# file), check the results, tear everything down.
+# End-to-end check of the Docker deployment: build the images, bring a compose stack up on loopback, run
+# the water app over N households (each ClientApp container mounting only its household's file), check the
+# results, report time and memory, tear everything down.
 #
-#   bash scripts/docker_e2e.sh            # BASE=official (default) pulls flwr/* images
-#   BASE=standin bash scripts/docker_e2e.sh   # no registry: a Debian rootfs (debootstrap) + flwr, built here
-#   TLS=1 BASE=standin bash scripts/docker_e2e.sh   # with docker/compose.tls.yml: TLS + SuperNode auth
+#   bash scripts/docker_e2e.sh                          # BASE=official (default) pulls flwr/* images
+#   BASE=standin bash scripts/docker_e2e.sh             # no registry: a Debian rootfs (debootstrap) + flwr, built here
+#   TLS=1 BASE=standin bash scripts/docker_e2e.sh       # with docker/compose.tls.yml: TLS + SuperNode auth
+#   ARCH=arm64 BASE=standin bash scripts/docker_e2e.sh  # the households' boxes on linux/arm64 (emulated on x86)
+#   NODE_CPUS=1 NODE_MEMORY=512m BASE=standin bash scripts/docker_e2e.sh   # a Pi-sized budget per container
+#   NODE_LAYOUT=single NODE_CPUS=1 NODE_MEMORY=512m BASE=standin bash scripts/docker_e2e.sh   # per box
+#   NODES=20 ROUNDS=3 BASE=standin bash scripts/docker_e2e.sh              # a fleet of 20 households
+#
+# Variables: BASE (official|standin), TLS (0|1), ARCH (amd64|arm64: the households' SuperNode + ClientApp
+# containers; the SuperLink and ServerApp stay on the host's), NODES (households; 3, or 1 with ARCH=arm64),
+# ROUNDS (2), ROUND_TIMEOUT (the run's round-timeout, 900 s), NODE_CPUS / NODE_MEMORY (docker limits of each
+# household container), NODE_LAYOUT (pair: SuperNode + ClientApp containers; single: one container per
+# household, `python -m bouquet.fleet --node-layout single`), NODE_ENV ("NAME=value ..." for every household
+# container), DAIAD (a DAIAD file; default ../shared/data/daiad/swm_trialA.zip when it exists,
+# else synthetic households), REBUILD=1 (rebuild the foreign-architecture app image).
+# With NODES=3 and no ARCH or limits it runs the committed docker-compose.yml (+ docker/compose.tls.yml);
+# otherwise a file from `python -m bouquet.fleet` (tests/test_fleet.py proves the two agree for 3 nodes).
+# ARCH=arm64 on an x86 host registers qemu-user-static's aarch64 handler with binfmt_misc for the run only
+# and removes it (and the binfmt_misc mount, if it made it) when it ends.
 #
 # Starts dockerd if none is running and stops what it started (by PID). Network traffic stays on 127.0.0.1
-# (the compose file's host networking, every service bound to 127.0.0.1 on free ports set through its
-# documented environment variables). Needs: docker (engine + compose), and for BASE=standin
-# debootstrap and root. Writes to .docker-e2e/ (ignored by git).
+# (host networking, every service bound to 127.0.0.1 on free ports set through the compose files'
+# environment variables). Needs: docker (engine + compose), root; BASE=standin: debootstrap; ARCH=arm64 on
+# x86: qemu-user-static. Writes to .docker-e2e/ (ignored by git).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 WORK=$ROOT/.docker-e2e
 BASE=${BASE:-official}
+ARCH=${ARCH:-amd64}
+TLS=${TLS:-0}
+NODES=${NODES:-$([ "$ARCH" = arm64 ] && echo 1 || echo 3)}
+ROUNDS=${ROUNDS:-2}
+NODE_CPUS=${NODE_CPUS:-}
+NODE_MEMORY=${NODE_MEMORY:-}
+NODE_LAYOUT=${NODE_LAYOUT:-pair}
 mkdir -p "$WORK"
 started=$(date +%s)
 log() { echo "[docker-e2e $(( $(date +%s) - started ))s] $*"; }
+case "$ARCH" in amd64|arm64) ;; *) echo "ARCH must be amd64 or arm64, got '$ARCH'" >&2; exit 2 ;; esac
+case "$BASE" in official|standin) ;; *) echo "BASE must be official or standin, got '$BASE'" >&2; exit 2 ;; esac
+case "$NODE_LAYOUT" in pair|single) ;; *) echo "NODE_LAYOUT must be pair or single, got '$NODE_LAYOUT'" >&2; exit 2 ;; esac
+[[ "$NODES" =~ ^[1-9][0-9]*$ ]] || { echo "NODES must be a positive integer, got '$NODES'" >&2; exit 2; }
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a positive integer, got '$ROUNDS'" >&2; exit 2; }
+HOST_ARCH=$(uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')
 
-DOCKERD_PID=""
+DOCKERD_PID="" STATS_PID="" EMU_REGISTERED=0 EMU_MOUNTED=0
+BINFMT=/proc/sys/fs/binfmt_misc
 cleanup() {
   rc=$?
+  if [ -n "$STATS_PID" ]; then kill "$STATS_PID" 2>/dev/null || true; fi
   if [ -n "${COMPOSE:-}" ]; then $COMPOSE down --remove-orphans >"$WORK/down.log" 2>&1 || true; fi
+  if [ "$EMU_REGISTERED" = 1 ]; then log "removing the aarch64 binfmt handler registered for this run"; echo -1 >"$BINFMT/qemu-aarch64" || true; fi
+  if [ "$EMU_MOUNTED" = 1 ]; then umount "$BINFMT" || true; fi
   if [ -n "$DOCKERD_PID" ]; then log "stopping the dockerd we started (pid $DOCKERD_PID)"; kill "$DOCKERD_PID" || true; wait "$DOCKERD_PID" 2>/dev/null || true; fi
   exit $rc
 }
 trap cleanup EXIT INT TERM
+
+if [ "$ARCH" != "$HOST_ARCH" ]; then
+  [ "$ARCH" = arm64 ] || { echo "emulation is set up for arm64 boxes on an x86 host only" >&2; exit 2; }
+  conf=/usr/lib/binfmt.d/qemu-aarch64.conf
+  [ -f "$conf" ] || { echo "ARCH=arm64 on $HOST_ARCH needs qemu-user-static (apt-get install qemu-user-static)" >&2; exit 2; }
+  if [ ! -e "$BINFMT/register" ]; then mount -t binfmt_misc binfmt_misc "$BINFMT"; EMU_MOUNTED=1; fi
+  if [ ! -e "$BINFMT/qemu-aarch64" ]; then
+    cat "$conf" >"$BINFMT/register"   # flag F: the interpreter is opened now, so containers can use it
+    EMU_REGISTERED=1
+  fi
+  log "arm64 emulation: $(head -1 "$BINFMT/qemu-aarch64") ($(sed -n 's/^interpreter //p' "$BINFMT/qemu-aarch64"))"
+fi
 
 if ! docker info >/dev/null 2>&1; then
   log "no Docker engine running: starting dockerd"
@@ -46,87 +91,228 @@ if [ -n "$host_cert" ] && [ -f "$host_cert" ]; then
   export PIP_CERT=/tmp/extra-ca/ca-bundle.crt
 fi
 export BOUQUET_IMAGE=bouquet-fl/superexec:e2e BOUQUET_BUILD_NETWORK=host
-if [ "$BASE" = standin ]; then
-  if ! docker image inspect bouquet/standin-flwr:1.42.0 >/dev/null 2>&1; then
-    if ! docker image inspect bouquet/debian-rootfs:bookworm >/dev/null 2>&1; then
-      log "building a Debian bookworm rootfs with debootstrap (a few minutes, once)"
-      rm -rf "$WORK/rootfs"
-      debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
-        bookworm "$WORK/rootfs" http://deb.debian.org/debian >"$WORK/debootstrap.log" 2>&1
-      tar -C "$WORK/rootfs" -c . | docker import - bouquet/debian-rootfs:bookworm >/dev/null
-      rm -rf "$WORK/rootfs"
-    fi
-    log "building the stand-in flwr base image"
-    docker build --network host ${PIP_CERT:+--build-arg PIP_CERT=$PIP_CERT} -t bouquet/standin-flwr:1.42.0 \
-      -f docker/standin.Dockerfile docker >"$WORK/standin.log" 2>&1 || { tail -20 "$WORK/standin.log"; exit 1; }
+USER_TORCH_PIP_ARGS=${TORCH_PIP_ARGS-unset} USER_TORCH_SPEC=${TORCH_SPEC-unset}
+
+# A Debian bookworm rootfs for ARCH as a local image (debootstrap + docker import). `docker import` records
+# the daemon's own architecture whatever the files are, so a foreign rootfs gets its image config rewritten
+# (docker save -> architecture -> docker load): images built FROM it then say linux/arm64 too.
+rootfs_image() {
+  local arch=$1 tag=bouquet/debian-rootfs:bookworm${2:-}
+  docker image inspect "$tag" >/dev/null 2>&1 && { echo "$tag"; return; }
+  log "building a Debian bookworm $arch rootfs with debootstrap (a few minutes, once)" >&2
+  rm -rf "$WORK/rootfs-$arch"
+  debootstrap --arch="$arch" --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
+    bookworm "$WORK/rootfs-$arch" http://deb.debian.org/debian >"$WORK/debootstrap-$arch.log" 2>&1
+  tar -C "$WORK/rootfs-$arch" -c . | docker import - "$tag" >/dev/null
+  rm -rf "$WORK/rootfs-$arch"
+  if [ "$arch" != "$HOST_ARCH" ]; then
+    rm -rf "$WORK/image-$arch" && mkdir -p "$WORK/image-$arch"
+    docker save "$tag" | tar -C "$WORK/image-$arch" -x
+    "$PY" - "$WORK/image-$arch" "$arch" <<'PYFIX'
+import hashlib, json, os, sys
+folder, arch = sys.argv[1], sys.argv[2]
+manifest = json.load(open(os.path.join(folder, "manifest.json")))
+old = os.path.join(folder, manifest[0]["Config"])
+config = json.load(open(old))
+config["architecture"] = arch
+if arch == "arm64":
+    config["variant"] = "v8"
+raw = json.dumps(config).encode()
+name = hashlib.sha256(raw).hexdigest() + ".json"
+open(os.path.join(folder, name), "wb").write(raw)
+os.remove(old)
+manifest[0]["Config"] = name
+json.dump(manifest, open(os.path.join(folder, "manifest.json"), "w"))
+PYFIX
+    old_id=$(docker image inspect -f '{{.Id}}' "$tag")
+    tar -C "$WORK/image-$arch" -c . | docker load >/dev/null
+    docker rmi "$old_id" >/dev/null 2>&1 || true
+    rm -rf "$WORK/image-$arch"
   fi
-  export FLWR_SUPERLINK_IMAGE=bouquet/standin-flwr:1.42.0 FLWR_SUPERNODE_IMAGE=bouquet/standin-flwr:1.42.0
-  export BOUQUET_BASE_IMAGE=bouquet/standin-flwr:1.42.0
+  echo "$tag"
+}
+standin_image() {
+  local arch=$1 suffix=${2:-} tag=bouquet/standin-flwr:1.42.0${2:-}
+  if ! docker image inspect "$tag" >/dev/null 2>&1; then
+    local rootfs; rootfs=$(rootfs_image "$arch" "$suffix")
+    log "building the stand-in flwr base image ($arch)" >&2
+    docker build --network host ${PIP_CERT:+--build-arg PIP_CERT=$PIP_CERT} --build-arg ROOTFS_IMAGE="$rootfs" \
+      -t "$tag" -f docker/standin.Dockerfile docker >"$WORK/standin-$arch.log" 2>&1 || { tail -20 "$WORK/standin-$arch.log" >&2; exit 1; }
+  fi
+  echo "$tag"
+}
+
+if [ "$BASE" = standin ]; then
+  host_base=$(standin_image "$HOST_ARCH")
+  export FLWR_SUPERLINK_IMAGE=$host_base FLWR_SUPERNODE_IMAGE=$host_base BOUQUET_BASE_IMAGE=$host_base
   # the CPU torch wheel pip uses on this machine, copied into the build context (docker/wheels, ignored by git)
+  # just before the host's app image is built
   wheel=$(ls /opt/wheels/torch-*+cpu-*.whl 2>/dev/null | head -1 || true)
   if [ -n "$wheel" ]; then
-    cp -u "$wheel" docker/wheels/
     version=$(basename "$wheel" | cut -d- -f2)   # e.g. 2.13.0+cpu: only the local wheel has that version
     export TORCH_PIP_ARGS="--find-links /tmp/wheels" TORCH_SPEC="torch==$version"
   fi
   export TORCH_PIP_ARGS=${TORCH_PIP_ARGS:---index-url https://download.pytorch.org/whl/cpu}
 fi
 
+fleet_args=()
+if [ "$ARCH" != "$HOST_ARCH" ]; then
+  node_app=bouquet-fl/superexec:e2e-$ARCH
+  if [ "$BASE" = standin ]; then
+    node_base=$(standin_image "$ARCH" "-$ARCH")
+    # PyTorch's CPU index (the Dockerfile's default) serves aarch64 CPU wheels, but this machine reaches only
+    # PyPI, whose aarch64 torch >= 2.10 is the CUDA build (plus about 3 GB of nvidia wheels); 2.9.1 is the
+    # newest CPU-only aarch64 torch there. Set TORCH_PIP_ARGS / TORCH_SPEC to choose another.
+    arch_pip_args=${USER_TORCH_PIP_ARGS/#unset/} arch_spec=${USER_TORCH_SPEC/#unset/torch==2.9.1}
+    platform_flag=()
+  else
+    node_base=flwr/superexec:1.42.0
+    arch_pip_args=${USER_TORCH_PIP_ARGS/#unset/--index-url https://download.pytorch.org/whl/cpu}
+    arch_spec=${USER_TORCH_SPEC/#unset/torch>=2.4}
+    platform_flag=(--platform "linux/$ARCH")
+  fi
+  if ! docker image inspect "$node_app" >/dev/null 2>&1 || [ "${REBUILD:-0}" = 1 ]; then
+    log "building the bouquet app image for linux/$ARCH (emulated: several minutes)"
+    rm -f docker/wheels/*.whl   # the host's torch wheel is of no use to an arm64 image
+    docker build --network host "${platform_flag[@]}" ${PIP_CERT:+--build-arg PIP_CERT=$PIP_CERT} \
+      --build-arg BASE_IMAGE="$node_base" --build-arg TORCH_PIP_ARGS="$arch_pip_args" --build-arg TORCH_SPEC="$arch_spec" \
+      -t "$node_app" -f docker/Dockerfile . >"$WORK/app-$ARCH.log" 2>&1 || { tail -30 "$WORK/app-$ARCH.log"; exit 1; }
+  fi
+  if [ "$BASE" = standin ]; then node_supernode=$node_base; else node_supernode=flwr/supernode:1.42.0; fi
+  fleet_args+=(--node-platform "linux/$ARCH" --node-app-image "$node_app")
+  if [ "$NODE_LAYOUT" = pair ]; then fleet_args+=(--node-image "$node_supernode"); fi
+fi
+[ "$NODE_LAYOUT" = pair ] || fleet_args+=(--node-layout "$NODE_LAYOUT")
+for assignment in ${NODE_ENV:-}; do fleet_args+=(--node-env "$assignment"); done
+[ -n "$NODE_CPUS" ] && fleet_args+=(--node-cpus "$NODE_CPUS")
+[ -n "$NODE_MEMORY" ] && fleet_args+=(--node-memory "$NODE_MEMORY")
+
 # loopback ports for every service
 free_port() { "$PY" -c "from bouquet.launch import free_port; print(free_port())"; }
 export SUPERLINK_PORT=$(free_port) SUPERLINK_BIND=127.0.0.1 NODE_BIND=127.0.0.1
 export SUPERLINK_ADDRESS=127.0.0.1:$SUPERLINK_PORT
-for k in 0 1 2; do p=$(free_port); export NODE_${k}_PORT=$p NODE_${k}_ADDRESS=127.0.0.1:$p; done
+for k in $(seq 0 $((NODES - 1))); do p=$(free_port); export NODE_${k}_PORT=$p NODE_${k}_ADDRESS=127.0.0.1:$p; done
 export HOUSEHOLDS=$WORK/households BOUQUET_RESULTS=$WORK/results
 rm -rf "$HOUSEHOLDS" "$BOUQUET_RESULTS"; mkdir -p "$BOUQUET_RESULTS"
-daiad=../shared/data/daiad/swm_trialA.zip
+daiad=${DAIAD:-../shared/data/daiad/swm_trialA.zip}
 if [ -f "$daiad" ]; then extra=(--daiad "$daiad"); else extra=(); fi
-"$PY" -m bouquet.deploy --households-only "$HOUSEHOLDS" --nodes 3 "${extra[@]}" >/dev/null
+"$PY" -m bouquet.deploy --households-only "$HOUSEHOLDS" --nodes "$NODES" "${extra[@]}" >/dev/null
 log "one household file per node in $HOUSEHOLDS (${extra[*]:-synthetic})"
 
-COMPOSE="$COMPOSE_BIN -p bouquet-e2e -f docker-compose.yml"
+if [ "$NODES" = 3 ] && [ ${#fleet_args[@]} = 0 ]; then
+  files=(-f docker-compose.yml)
+  if [ "$TLS" = 1 ]; then files+=(-f docker/compose.tls.yml); fi
+else
+  "$PY" -m bouquet.fleet --nodes "$NODES" $([ "$TLS" = 1 ] && echo --tls) "${fleet_args[@]}" --out "$WORK/compose.yml" >/dev/null
+  files=(-f "$WORK/compose.yml")
+  log "compose file: $(head -1 "$WORK/compose.yml" | sed 's/^# //; s/;.*//')"
+fi
+COMPOSE="$COMPOSE_BIN -p bouquet-e2e --project-directory $ROOT ${files[*]}"
 export FLWR_HOME=$WORK/flwr-home FLWR_TELEMETRY_ENABLED=0
 rm -rf "$FLWR_HOME"; mkdir -p "$FLWR_HOME"
 FLWR="$(dirname "$PY")/flwr"
-if [ "${TLS:-0}" = 1 ]; then
+if [ "$TLS" = 1 ]; then
   export CREDENTIALS=$WORK/credentials
   rm -rf "$CREDENTIALS"
-  "$PY" -m bouquet.deploy --credentials-only "$CREDENTIALS" --nodes 3 --address 127.0.0.1 >/dev/null
-  COMPOSE="$COMPOSE -f docker/compose.tls.yml"
+  "$PY" -m bouquet.deploy --credentials-only "$CREDENTIALS" --nodes "$NODES" --address 127.0.0.1 >/dev/null
   connection="root-certificates = \"$CREDENTIALS/certificates/ca.crt\""
 else
   connection="insecure = true"
 fi
 printf '[superlink]\ndefault = "bouquet-docker"\n\n[superlink.bouquet-docker]\naddress = "%s"\n%s\n' \
   "$SUPERLINK_ADDRESS" "$connection" >"$FLWR_HOME/config.toml"
-log "building the bouquet app image ($BASE base)"
+log "building the bouquet app image ($BASE base, $HOST_ARCH)"
+if [ "$BASE" = standin ] && [ -n "${wheel:-}" ]; then cp -u "$wheel" docker/wheels/; fi
 $COMPOSE build >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
-if [ "${TLS:-0}" = 1 ]; then
-  log "TLS: starting the SuperLink, registering the three node keys"
+if [ "$TLS" = 1 ]; then
+  log "TLS: starting the SuperLink, registering the $NODES node keys"
   $COMPOSE up -d superlink >"$WORK/up.log" 2>&1 || { cat "$WORK/up.log"; exit 1; }
   for _ in $(seq 60); do "$FLWR" supernode list bouquet-docker >/dev/null 2>&1 && break; sleep 1; done
-  for k in 0 1 2; do "$FLWR" supernode register "$CREDENTIALS/keys/node$k.pub" bouquet-docker >>"$WORK/up.log" 2>&1; done
+  for k in $(seq 0 $((NODES - 1))); do "$FLWR" supernode register "$CREDENTIALS/keys/node$k.pub" bouquet-docker >>"$WORK/up.log" 2>&1; done
 fi
-log "starting the stack"
+log "starting the stack: $NODES households on linux/$ARCH${NODE_CPUS:+, cpus $NODE_CPUS}${NODE_MEMORY:+, memory $NODE_MEMORY} each container"
 $COMPOSE up -d >>"$WORK/up.log" 2>&1 || { cat "$WORK/up.log"; exit 1; }
-for _ in $(seq 120); do
+up_started=$(date +%s)
+wait_s=$(( 120 + 10 * NODES ))
+if [ "$ARCH" != "$HOST_ARCH" ]; then wait_s=$(( wait_s + 300 )); fi
+online=0
+for _ in $(seq "$wait_s"); do
   online=$("$FLWR" supernode list bouquet-docker --format json 2>/dev/null | grep -o '"online"' | wc -l || true)
-  [ "$online" -ge 3 ] && break; sleep 1
+  [ "$online" -ge "$NODES" ] && break; sleep 1
 done
-log "$online SuperNodes online"
-[ "$online" -ge 3 ] || { $COMPOSE logs --tail 40; exit 1; }
+log "$online SuperNodes online after $(( $(date +%s) - up_started )) s"
+[ "$online" -ge "$NODES" ] || { $COMPOSE logs --tail 40; exit 1; }
 
-log "flwr run: 2 rounds, 3 households"
+# memory of every container while the run goes on (docker stats' working set), read back at the end
+docker stats --format '{{.Name}} {{.MemUsage}} {{.CPUPerc}}' >"$WORK/stats.log" 2>/dev/null &
+STATS_PID=$!
+# emulated nodes start a ClientApp (python + torch under qemu) in about a minute: give the identity query time
+node_wait=30; if [ "$ARCH" != "$HOST_ARCH" ]; then node_wait=300; fi
+log "flwr run: $ROUNDS rounds, $NODES households"
+run_started=$(date +%s)
 "$FLWR" run . bouquet-docker --stream --run-config \
-  'data-source="daiad" min-history-days=300 num-server-rounds=2 clients-per-round=3 local-epochs=1 results-dir="/results" run-name="docker-e2e"' \
-  >"$WORK/run.log" 2>&1 || { tail -40 "$WORK/run.log"; $COMPOSE logs --tail 40 >"$WORK/compose.log" 2>&1; exit 1; }
+  "data-source=\"daiad\" min-history-days=300 num-server-rounds=$ROUNDS clients-per-round=$NODES local-epochs=1 node-wait-seconds=$node_wait round-timeout=${ROUND_TIMEOUT:-900} results-dir=\"/results\" run-name=\"docker-e2e\"" \
+  2>&1 | while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$WORK/run.log" \
+  || { tail -40 "$WORK/run.log"; $COMPOSE logs --tail 40 >"$WORK/compose.log" 2>&1; exit 1; }
 summary=$BOUQUET_RESULTS/docker-e2e/summary.json
 for _ in $(seq 60); do [ -f "$summary" ] && break; sleep 1; done
-"$PY" - "$summary" <<'PYCHECK'
-import json, sys
-summary = json.load(open(sys.argv[1]))
-assert summary["rounds"] == 2 and summary["clients-evaluated"] == 3, summary
-print(f"docker e2e OK: 2 rounds, 3 households, MAE {summary['mae-litres-mean']:.1f} L/day")
+run_s=$(( $(date +%s) - run_started ))
+kill "$STATS_PID" 2>/dev/null || true; STATS_PID=""
+# per container: the cgroup's own peak (page cache included) and out-of-memory kills, read before teardown
+for c in $($COMPOSE ps -q); do
+  id=$(docker inspect -f '{{.Id}}' "$c"); name=$(docker inspect -f '{{.Name}}' "$c" | sed 's#^/##')
+  peak=""; ooms=0
+  for dir in /sys/fs/cgroup/memory/docker/$id /sys/fs/cgroup/system.slice/docker-$id.scope /sys/fs/cgroup/docker/$id; do
+    if [ -f "$dir/memory.max_usage_in_bytes" ]; then peak=$(cat "$dir/memory.max_usage_in_bytes"); ooms=$(sed -n 's/^oom_kill //p' "$dir/memory.oom_control"); break; fi
+    if [ -f "$dir/memory.peak" ]; then peak=$(cat "$dir/memory.peak"); ooms=$(sed -n 's/^oom_kill //p' "$dir/memory.events"); break; fi
+  done
+  echo "$name ${peak:-?} ${ooms:-0} $(docker inspect -f '{{.State.OOMKilled}} {{.RestartCount}}' "$c")"
+done >"$WORK/cgroups.txt"
+"$PY" - "$summary" "$WORK" "$NODES" "$ROUNDS" "$run_s" <<'PYCHECK'
+import json, re, sys
+from collections import defaultdict
+summary_path, work, nodes, rounds, run_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+summary = json.load(open(summary_path))
+assert summary["rounds"] == rounds and summary["clients-evaluated"] == nodes, summary
+lost = [r for r in map(json.loads, open(summary_path.replace("summary.json", "rounds.jsonl"))) if r.get("lost-nodes")]
+assert not lost, f"nodes lost: {lost}"
+# round times from the timestamped log: "[ROUND k/N]" to the next, the last one to the end of the run
+marks, end = [], None
+for line in open(f"{work}/run.log"):
+    stamp, _, text = line.partition(" ")
+    end = float(stamp)
+    if (m := re.search(r"\[ROUND (\d+)/\d+\]", text)):
+        marks.append(float(stamp))
+times = [b - a for a, b in zip(marks, marks[1:] + [end])]
+unit = {"B": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1, "GiB": 1024}
+working, cpu = defaultdict(float), defaultdict(list)
+for line in open(f"{work}/stats.log"):
+    line = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", line)
+    if (m := re.search(r"(bouquet-e2e\S+) ([\d.]+)(B|KiB|MiB|GiB) / \S+ ([\d.]+)%", line)):
+        key = re.sub(r"[-_]1$", "", m.group(1))
+        working[key] = max(working[key], float(m.group(2)) * unit[m.group(3)])
+        cpu[key].append(float(m.group(4)))
+rows = []
+for line in open(f"{work}/cgroups.txt"):
+    name, peak, ooms, killed, restarts = line.split()
+    short = re.sub(r"^bouquet-e2e[-_]|[-_]1$", "", name)
+    peak_mib = int(peak) / 2**20 if peak.isdigit() else float("nan")
+    key = re.sub(r"[-_]1$", "", name)
+    load = cpu.get(key) or [float("nan")]
+    rows.append((short, peak_mib, working.get(key, float("nan")), int(ooms or 0), killed, int(restarts),
+                 sum(load) / len(load), max(load)))
+rows.sort()
+print(f"{'container':<14} {'cgroup peak MiB':>15} {'working set MiB':>15} {'oom kills':>9} {'restarts':>8} "
+      f"{'CPU % mean':>10} {'CPU % max':>9}")
+for short, peak_mib, work_mib, ooms, killed, restarts, mean_cpu, max_cpu in rows:
+    print(f"{short:<14} {peak_mib:>15.0f} {work_mib:>15.0f} {ooms + (killed == 'true'):>9} {restarts:>8} "
+          f"{mean_cpu:>10.1f} {max_cpu:>9.1f}")
+kills = sum(r[3] + (r[4] == "true") for r in rows)
+households = [r for r in rows if r[0].startswith(("supernode", "clientapp", "node-"))]
+per_house = sum(r[2] for r in households) / max(nodes, 1)
+print(f"docker e2e OK: {rounds} rounds, {nodes} households, MAE {summary['mae-litres-mean']:.1f} L/day; "
+      f"run {run_s} s, rounds {', '.join(f'{t:.1f}' for t in times)} s; "
+      f"working set per household (its containers) {per_house:.0f} MiB; out-of-memory kills {kills}")
 PYCHECK
-docker stats --no-stream --format '{{.Name}} {{.MemUsage}}' >"$WORK/memory.txt" 2>/dev/null || true
-log "passed; container memory at the end in $WORK/memory.txt"
+docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E 'bouquet' >"$WORK/images.txt" || true
+log "passed; images: $(tr '\n' ';' <"$WORK/images.txt")"

@@ -182,3 +182,95 @@ def test_a_supernode_killed_mid_round_does_not_stop_the_run(tmp_path):
     assert len(train) == 1 and json.loads((folder / "summary.json").read_text())["clients-evaluated"] == 2
     clients = pd.read_csv(folder / "clients.csv")
     assert sorted(clients["partition-id"]) == [0, 1]
+
+
+def test_a_household_joins_and_leaves_a_running_federation_without_restarting_the_superlink(tmp_path):
+    """The operator adds a box (registers its key, the box starts its SuperNode) and removes one (stops it,
+    unregisters its node id) while the SuperLink keeps running: the next runs sample the current members, and
+    the removed key is refused when it tries again."""
+    def run_once(name):
+        done = deploy.run(ROOT, run_config=f'num-server-rounds=1 clients-per-round={len(members)} fraction-evaluate=0 '
+                                           f'{SMALL} results-dir="{tmp_path / "results"}" run-name="{name}"')
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        return sorted(pd.read_csv(tmp_path / "results" / name / "clients.csv")["partition-id"])
+
+    with deployment(tmp_path) as deploy:
+        superlink_pid = deploy.superlink.pid
+        keys = {k: make_node_key(tmp_path / "keys", f"node{k}") for k in range(3)}
+        node_ids = {k: deploy.register(keys[k][1]) for k in (0, 1)}
+        members = [0, 1]
+        for k in members:
+            start_supernode(deploy, k, private_key=keys[k][0])
+        assert wait_for_nodes(deploy, 2) == 2
+        assert run_once("two") == [0, 1]
+
+        node_ids[2] = deploy.register(keys[2][1])  # a new household's box
+        start_supernode(deploy, 2, private_key=keys[2][0])
+        members = [0, 1, 2]
+        assert wait_for_nodes(deploy, 3) == 3
+        assert run_once("joined") == [0, 1, 2]
+
+        stop(deploy.supernodes.pop(0))  # household 0 leaves: its box is stopped, its key unregistered
+        deploy.unregister(node_ids[0])
+        members = [1, 2]
+        listing = json.loads(deploy.flwr("supernode", "list", deploy.connection, "--format", "json").stdout)
+        assert sorted(int(n["node-id"]) for n in listing["nodes"] if n["status"] == "online") == sorted(
+            node_ids[k] for k in members)
+        start_supernode(deploy, 0, private_key=keys[0][0])  # its old key tries again and is refused
+        _wait_for_text(tmp_path / "supernode-0.log", "Connection attempt failed")
+        assert run_once("left") == [1, 2]
+        assert deploy.superlink.poll() is None and deploy.superlink.pid == superlink_pid
+
+
+def test_with_tls_and_auth_a_node_cut_off_past_the_round_timeout_and_a_restarted_superlink_are_rejoined(tmp_path):
+    """TLS + SuperNode auth (where Flower users report reconnect failures, flwr#4844). Node 2's box freezes
+    (SIGSTOP: no heartbeats, no replies) while it trains round 1 and stays frozen past the round timeout: the
+    run goes on without it and completes. Thawed, the node comes back by itself and is in the next run. Then
+    the SuperLink is killed and restarted on its database: all three keys are still registered, the nodes
+    reconnect by themselves and the next run has all three."""
+    import re
+    import signal
+    import threading
+
+    timeout = 120  # generous: the other two nodes must make it within it on a loaded 2-core machine
+    common = f'num-server-rounds=1 clients-per-round=3 fraction-evaluate=0 {SMALL} results-dir="{tmp_path / "results"}"'
+
+    def members(name):
+        return sorted(pd.read_csv(tmp_path / "results" / name / "clients.csv")["partition-id"])
+
+    with deployment(tmp_path) as deploy:
+        keys = [make_node_key(tmp_path / "keys", f"node{k}") for k in range(3)]
+        for k, (private, public) in enumerate(keys):
+            deploy.register(public)
+            start_supernode(deploy, k, private_key=private)
+        assert wait_for_nodes(deploy, 3) == 3
+        outcome = {}
+        runner = threading.Thread(target=lambda: outcome.update(done=deploy.run(
+            ROOT, run_config=f'strategy="fedavg" num-server-rounds=2 clients-per-round=3 round-timeout={timeout} '
+                             f'fraction-evaluate=0 node-wait-seconds=0 {SMALL} results-dir="{tmp_path / "results"}" '
+                             'run-name="cut-off"')))
+        runner.start()
+        log = tmp_path / "supernode-2.log"
+        _wait_for_text(log, "Receiving: train message", timeout=300)
+        frozen = deploy.supernodes[2]
+        os.killpg(frozen.pid, signal.SIGSTOP)  # the box's network is gone (and so is the box, for the server)
+        time.sleep(timeout + 30)
+        os.killpg(frozen.pid, signal.SIGCONT)
+        runner.join(timeout=900)
+        done = outcome["done"]
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        lost_id = int(re.search(r"SuperNode ID: (\d+)", log.read_text()).group(1))
+        train = [json.loads(line) for line in (tmp_path / "results" / "cut-off" / "rounds.jsonl").read_text().splitlines()]
+        train = [r for r in train if r["phase"] == "train"]
+        assert len(train) == 2 and train[0]["lost-nodes"] == [lost_id] and train[0]["replies"] == 2
+        assert wait_for_nodes(deploy, 3, timeout=300) == 3  # the thawed node is back by itself
+        done = deploy.run(ROOT, run_config=f'{common} run-name="after-cut"')
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        assert members("after-cut") == [0, 1, 2]
+
+        deploy.restart_superlink(crash=True)
+        assert wait_for_nodes(deploy, 3, timeout=300) == 3  # keys still registered; nodes reconnect unaided
+        done = deploy.run(ROOT, run_config=f'{common} run-name="after-restart"')
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        assert members("after-restart") == [0, 1, 2]
+        assert frozen.poll() is None  # the same SuperNode process all along: nothing on the box was restarted
