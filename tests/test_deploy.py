@@ -2,6 +2,7 @@
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +33,14 @@ def _wait_for_text(path, text, timeout=60):
     while text not in (path.read_text() if path.exists() else ""):
         assert time.monotonic() < deadline, f"{text!r} not in {path} within {timeout} s"
         time.sleep(0.5)
+
+
+def _start_run(deploy, run_config):
+    """``deploy.run`` of the app in a thread: the thread, and a dict that holds ``done`` once it ended."""
+    outcome = {}
+    runner = threading.Thread(target=lambda: outcome.update(done=deploy.run(ROOT, run_config=run_config)))
+    runner.start()
+    return runner, outcome
 
 
 def test_tls_and_auth_deployment_runs_a_round_and_refuses_strangers(tmp_path):
@@ -101,7 +110,6 @@ def test_a_superlink_killed_mid_run_is_restarted_and_the_run_resumed_to_the_same
     """The whole SuperLink (with the ServerApp it runs) is SIGKILLed after round k while the SuperNodes stay
     up; restarted on the same state database, the nodes reconnect and ``resume-from`` finishes the run with
     the numbers of an uninterrupted run of the same seed on the same nodes."""
-    import threading
 
     import numpy as np
 
@@ -147,18 +155,14 @@ def test_a_supernode_killed_mid_round_does_not_stop_the_run(tmp_path):
     """Node 2 dies while training round 1: the round completes with nodes 0 and 1 and the log names node 2."""
     import re
     import signal
-    import threading
 
     with deployment(tmp_path, secure=False) as deploy:
         for partition in range(3):
             start_supernode(deploy, partition)
         assert wait_for_nodes(deploy, 3) == 3
-        outcome = {}
-        runner = threading.Thread(target=lambda: outcome.update(done=deploy.run(
-            ROOT, run_config=f'strategy="fedavg" num-server-rounds=1 clients-per-round=3 round-timeout=300 '
-                             f'fraction-evaluate=0 node-wait-seconds=0 {SMALL} results-dir="{tmp_path / "results"}" '
-                             'run-name="drop"')))
-        runner.start()
+        runner, outcome = _start_run(deploy, f'strategy="fedavg" num-server-rounds=1 clients-per-round=3 '
+                                             f'round-timeout=300 fraction-evaluate=0 node-wait-seconds=0 {SMALL} '
+                                             f'results-dir="{tmp_path / "results"}" run-name="drop"')
         victim_log = tmp_path / "supernode-2.log"
         deadline = time.monotonic() + 300
         while "Receiving: train message" not in victim_log.read_text():
@@ -230,7 +234,6 @@ def test_with_tls_and_auth_a_node_cut_off_past_the_round_timeout_and_a_restarted
     reconnect by themselves and the next run has all three."""
     import re
     import signal
-    import threading
 
     timeout = 120  # generous: the other two nodes must make it within it on a loaded 2-core machine
     common = f'num-server-rounds=1 clients-per-round=3 fraction-evaluate=0 {SMALL} results-dir="{tmp_path / "results"}"'
@@ -244,12 +247,9 @@ def test_with_tls_and_auth_a_node_cut_off_past_the_round_timeout_and_a_restarted
             deploy.register(public)
             start_supernode(deploy, k, private_key=private)
         assert wait_for_nodes(deploy, 3) == 3
-        outcome = {}
-        runner = threading.Thread(target=lambda: outcome.update(done=deploy.run(
-            ROOT, run_config=f'strategy="fedavg" num-server-rounds=2 clients-per-round=3 round-timeout={timeout} '
-                             f'fraction-evaluate=0 node-wait-seconds=0 {SMALL} results-dir="{tmp_path / "results"}" '
-                             'run-name="cut-off"')))
-        runner.start()
+        runner, outcome = _start_run(deploy, f'strategy="fedavg" num-server-rounds=2 clients-per-round=3 '
+                                             f'round-timeout={timeout} fraction-evaluate=0 node-wait-seconds=0 '
+                                             f'{SMALL} results-dir="{tmp_path / "results"}" run-name="cut-off"')
         log = tmp_path / "supernode-2.log"
         _wait_for_text(log, "Receiving: train message", timeout=300)
         frozen = deploy.supernodes[2]

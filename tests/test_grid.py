@@ -68,6 +68,43 @@ def test_a_silent_node_costs_the_timeout_and_no_more():
     grid = PollingGrid(inner, poll=0.4, clock=clock, sleep=clock.sleep)
     replies = grid.send_and_receive(_messages([1, 2]), timeout=1.0)
     assert [r.metadata.src_node_id for r in replies] == [1]
-    assert clock.sleeps == pytest.approx([0.4, 0.4, 0.2]) and clock.now == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="poll"):
-        PollingGrid(inner, poll=0)
+    assert clock.sleeps == pytest.approx([0.4, 0.6]) and clock.now == pytest.approx(1.0)  # empty pull: x1.5
+    for bad, match in [({"poll": 0}, "poll"), ({"poll": 1, "max_poll": 0.5}, "max_poll"),
+                       ({"backoff": 0.9}, "backoff"), ({"retries": -1}, "retries")]:
+        with pytest.raises(ValueError, match=match):
+            PollingGrid(inner, **bad)
+
+
+def test_empty_pulls_back_off_to_the_cap_and_a_reply_resets_the_wait():
+    inner, clock = PullGrid({1: 2, 2: 12}), FakeClock()
+    grid = PollingGrid(inner, poll=0.1, max_poll=0.5, backoff=2.0, clock=clock, sleep=clock.sleep)
+    replies = grid.send_and_receive(_messages([1, 2]), timeout=60)
+    assert sorted(r.metadata.src_node_id for r in replies) == [1, 2] and inner.pulls == 12
+    # pull 1 empty -> 0.2; pull 2 brings node 1 -> 0.1; then empty pulls: 0.2, 0.4, 0.5 (the cap), 0.5, ...
+    assert clock.sleeps == pytest.approx([0.2, 0.1, 0.2, 0.4] + [0.5] * 7)
+
+
+class FlakyGrid(PullGrid):
+    """A PullGrid whose pulls raise ``failures`` times in a row first (as a SuperLink answering HTTP 500)."""
+
+    def __init__(self, delays, failures):
+        super().__init__(delays)
+        self.failures = failures
+
+    def pull_messages(self, message_ids):
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("Server error '500 Internal Server Error' for url '.../pull-messages'")
+        return super().pull_messages(message_ids)
+
+
+def test_failed_pulls_are_retried_and_raised_after_too_many_in_a_row(caplog):
+    clock = FakeClock()
+    grid = PollingGrid(FlakyGrid({1: 1}, failures=3), retries=3, clock=clock, sleep=clock.sleep)
+    with caplog.at_level("WARNING", logger="bouquet.grid"):
+        replies = grid.send_and_receive(_messages([1]), timeout=60)
+    assert [r.metadata.src_node_id for r in replies] == [1]
+    assert "pulling 1 replies failed (RuntimeError: Server error '500" in caplog.text and "3 of 3" in caplog.text
+    grid = PollingGrid(FlakyGrid({1: 1}, failures=4), retries=3, clock=clock, sleep=clock.sleep)
+    with pytest.raises(RuntimeError, match="500"):
+        grid.send_and_receive(_messages([1]), timeout=60)
