@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from bouquet.data.images import VisionDataConfig, load_images, partition
-from bouquet.results import RunFolder, find_runs
+from bouquet.results import find_runs
 
 TAIL_ROUNDS = 5
 SETTING = re.compile(r"c(?P<clients>\d+)-s(?P<shards>\d+)-b(?P<budget>\d+)")
@@ -281,7 +281,7 @@ def _client_classes(vision: VisionDataConfig, num_clients: int) -> list[set[int]
 def selection_facts(base: Path, out: Path) -> pd.DataFrame | None:
     """``selection_facts.csv`` (per run) and ``.md`` (per setting and arm) from the run folders in ``base``."""
     rows = []
-    for run in (RunFolder(path) for path in sorted(base.glob("*/*/seed-*/"))):
+    for run in find_runs(base, "*/*/seed-*"):  # finished runs only, as in the accuracy table
         match = SETTING.fullmatch(run.path.parent.parent.name)
         if match is None or not run.has("train_clients") or not (run.path / "config.json").exists():
             continue

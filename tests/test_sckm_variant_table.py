@@ -49,6 +49,8 @@ def test_selection_facts_of_a_local_update_run_follow_the_aggregated_updates(tmp
     (run / "train_clients.csv").write_text("\n".join(rows) + "\n")
     (run / "rounds.jsonl").write_text("".join(json.dumps({"round": r, "phase": "train", "update-nodes": [102]}) + "\n"
                                               for r in (1, 2)))
+    assert figures.selection_facts(tmp_path / "base", tmp_path) is None  # no summary.json yet: an unfinished run
+    (run / "summary.json").write_text("{}")
     facts = figures.selection_facts(tmp_path / "base", tmp_path).set_index("arm").loc["sckm-update-pos-concat"]
     classes = figures._client_classes(config.vision_data, 4)
     assert facts["distinct-clients"] == 1 and facts["reused-rounds"] == 1  # not 4 clients, re-used every round
