@@ -112,17 +112,12 @@ class Deployment:
 
     def unfinished_runs(self) -> list[int]:
         """Ids of the runs the SuperLink lists as not finished (pending, starting or running)."""
-        done = self.flwr("ls", self.connection, "--format", "json", timeout=60)
-        if done.returncode != 0:
-            raise RuntimeError(f"flwr ls failed:\n{done.stdout}{done.stderr}")
-        runs = json.loads(done.stdout).get("runs", [])
+        runs = json.loads(self._flwr_checked("ls", self.connection, "--format", "json").stdout).get("runs", [])
         return [int(r["run-id"]) for r in runs if not str(r.get("status", "")).lower().startswith("finished")]
 
     def stop_run(self, run_id: int) -> None:
         """``flwr stop``: end a run, e.g. one whose ServerApp died with the SuperLink."""
-        done = self.flwr("stop", str(run_id), self.connection, timeout=60)
-        if done.returncode != 0:
-            raise RuntimeError(f"flwr stop {run_id} failed:\n{done.stdout}{done.stderr}")
+        self._flwr_checked("stop", str(run_id), self.connection)
 
     def restart_superlink(self, crash: bool = True, startup_seconds: float = 60) -> None:
         """Stop the SuperLink and what it started (``crash``: SIGKILL, as a power cut) and start it again on the
@@ -145,20 +140,24 @@ class Deployment:
         """A ``flwr`` command against this deployment's connection."""
         return flwr(list(args), self.flwr_home, timeout=timeout, capture=capture)
 
+    def _flwr_checked(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """``flwr(*args)`` that raises, with its output, when the command fails."""
+        done = self.flwr(*args, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"flwr {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        return done
+
     def register(self, public_key: Path) -> int:
         """Register a SuperNode's public key with the running SuperLink (``flwr supernode register``); the
         node id it gets."""
-        done = self.flwr("supernode", "register", str(public_key), self.connection, "--format", "json")
-        if done.returncode != 0:
-            raise RuntimeError(f"registering {public_key} failed:\n{done.stdout}{done.stderr}")
+        done = self._flwr_checked("supernode", "register", str(public_key), self.connection, "--format", "json",
+                                  timeout=600)
         return int(json.loads(done.stdout)["node-id"])
 
     def unregister(self, node_id: int) -> None:
         """Remove a node from the running SuperLink (``flwr supernode unregister``): its key can no longer
         connect; no restart of the SuperLink."""
-        done = self.flwr("supernode", "unregister", str(node_id), self.connection)
-        if done.returncode != 0:
-            raise RuntimeError(f"unregistering node {node_id} failed:\n{done.stdout}{done.stderr}")
+        self._flwr_checked("supernode", "unregister", str(node_id), self.connection, timeout=600)
 
     def run(self, app_dir: Path, run_config: str = "", timeout: float | None = 900,
             capture: bool = True) -> subprocess.CompletedProcess:

@@ -29,6 +29,7 @@ __all__ = ["FleetParams", "fleet_compose", "fleet_services", "main"]
 _MEMORY = re.compile(r"^[1-9][0-9]*[bkmg]$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLATFORMS = ("linux/amd64", "linux/arm64")
+_LAYOUTS = ("pair", "single")
 FIRST_NODE_PORT = 9094
 
 
@@ -99,7 +100,7 @@ class FleetParams:
             raise ValueError(f"node_memory must be a size such as '512m' or '1g', got {self.node_memory!r}")
         if self.restart not in ("on-failure", "unless-stopped", "always", "no"):
             raise ValueError(f"restart must be on-failure, unless-stopped, always or no, got {self.restart!r}")
-        if self.node_layout not in ("pair", "single"):
+        if self.node_layout not in _LAYOUTS:
             raise ValueError(f"node_layout must be 'pair' or 'single', got {self.node_layout!r}")
         for pair in self.node_environment:
             if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[1], str)
@@ -150,38 +151,33 @@ def fleet_services(params: FleetParams) -> dict[str, dict]:
         limits["mem_limit"] = limits["memswap_limit"] = params.node_memory.lower()
     if params.node_environment:
         limits["environment"] = dict(params.node_environment)
+    # the bouquet image of the households: a given (pre-built) one, or the ServerApp's, built here
+    node_app = {"image": params.node_app_image} if params.node_app_image else {"image": app_image,
+                                                                                "build": _app_build()}
+    single = params.node_layout == "single"
     for k in range(params.nodes):
         port = f"${{NODE_{k}_PORT:-{FIRST_NODE_PORT + k}}}"
         auth = ["--auth-supernode-private-key", "/keys/node"] if params.tls else []
+        household = f"${{HOUSEHOLDS:-./deploy/households}}/node-{k}.csv:/data/household.csv:ro"
         supernode = {"network_mode": "host",
                      "image": params.node_image or "${FLWR_SUPERNODE_IMAGE:-flwr/supernode:1.42.0}",
                      "entrypoint": ["flower-supernode"], "depends_on": ["superlink"], **restart, **limits,
                      "command": client_security + auth + [
-                         "--superlink", superlink_address, "--isolation", "process",
+                         "--superlink", superlink_address, "--isolation", "subprocess" if single else "process",
                          "--host", "${NODE_BIND:-127.0.0.1}", "--port", port,
                          "--node-config", f'partition-id={k} data-path="/data/household.csv"']}
-        if params.tls:
-            supernode["volumes"] = [f"{ca}:/certs/ca.crt:ro", f"${{CREDENTIALS:-./deploy}}/keys/node{k}:/keys/node:ro"]
-        household = f"${{HOUSEHOLDS:-./deploy/households}}/node-{k}.csv:/data/household.csv:ro"
-        if params.node_layout == "single":
-            supernode["command"][supernode["command"].index("process")] = "subprocess"
-            supernode["volumes"] = supernode.get("volumes", []) + [household]
-            if params.node_app_image is None:
-                supernode.update(image=app_image, build=_app_build())
-            else:
-                supernode["image"] = params.node_app_image
-            services[f"node-{k}"] = supernode
+        volumes = ([f"{ca}:/certs/ca.crt:ro", f"${{CREDENTIALS:-./deploy}}/keys/node{k}:/keys/node:ro"]
+                   if params.tls else [])
+        if single:  # the SuperNode runs in the bouquet image and starts the ClientApp itself
+            services[f"node-{k}"] = {**supernode, **node_app, "volumes": volumes + [household]}
             continue
-        client = {"network_mode": "host", **restart, **limits,
-                  "command": ["--insecure", "--runtime-api-address", f"${{NODE_{k}_ADDRESS:-127.0.0.1:{FIRST_NODE_PORT + k}}}"],
-                  "depends_on": [f"supernode-{k}"],
-                  "volumes": [household]}
-        if params.node_app_image is None:
-            client.update(image=app_image, build=_app_build())
-        else:
-            client["image"] = params.node_app_image
+        if volumes:
+            supernode["volumes"] = volumes
         services[f"supernode-{k}"] = supernode
-        services[f"clientapp-{k}"] = client
+        services[f"clientapp-{k}"] = {
+            "network_mode": "host", **restart, **limits, **node_app,
+            "command": ["--insecure", "--runtime-api-address", f"${{NODE_{k}_ADDRESS:-127.0.0.1:{FIRST_NODE_PORT + k}}}"],
+            "depends_on": [f"supernode-{k}"], "volumes": [household]}
     return services
 
 
@@ -217,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node-cpus", type=float, default=None, help="cpus limit per household container")
     parser.add_argument("--node-memory", default=None, help="memory limit per household container, e.g. 512m")
     parser.add_argument("--restart", default=FleetParams.restart, help="restart policy (default %(default)s)")
-    parser.add_argument("--node-layout", default=FleetParams.node_layout, choices=("pair", "single"),
+    parser.add_argument("--node-layout", default=FleetParams.node_layout, choices=_LAYOUTS,
                         help="pair: SuperNode + ClientApp containers; single: one container per household")
     parser.add_argument("--node-env", action="append", default=[], metavar="NAME=VALUE",
                         help="environment variable of every household container (repeatable)")

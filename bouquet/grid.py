@@ -28,7 +28,7 @@ __all__ = ["DEFAULT_POLL_SECONDS", "MAX_POLL_SECONDS", "PollingGrid"]
 
 log = logging.getLogger(__name__)
 
-#: Seconds before the first pull for replies (the in-memory Grid's own interval).
+#: Seconds between pulls while replies come in (the in-memory Grid's own interval).
 DEFAULT_POLL_SECONDS = 0.1
 #: The longest wait between two pulls (Flower's deployed Grid waits 3 s).
 MAX_POLL_SECONDS = 2.0
@@ -42,7 +42,7 @@ class PollingGrid:
     grid : Grid
         The Grid the ServerApp was given; every other attribute is read from it.
     poll : float, default 0.1
-        Seconds before the first pull, and after any pull that brought a reply.
+        Seconds to the next pull after a pull that brought a reply (the first pull follows the push at once).
     max_poll : float, default 2.0
         The longest wait between pulls; an empty pull multiplies the wait by ``backoff`` up to it.
     backoff : float, default 1.5
@@ -90,7 +90,7 @@ class PollingGrid:
                 if failures > self.retries:
                     raise
                 log.warning("pulling %d replies failed (%s: %s); trying again (%d of %d failures in a row)",
-                            len(waiting), type(error).__name__, str(error).splitlines()[0] if str(error) else "",
+                            len(waiting), type(error).__name__, (str(error).splitlines() or [""])[0],
                             failures, self.retries)
                 pulled = []
             replies.extend(pulled)

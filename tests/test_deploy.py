@@ -35,6 +35,11 @@ def _wait_for_text(path, text, timeout=60):
         time.sleep(0.5)
 
 
+def _trained(results, name):
+    """Sorted partition ids of the clients in run ``name``'s ``clients.csv``."""
+    return sorted(pd.read_csv(results / name / "clients.csv")["partition-id"])
+
+
 def _start_run(deploy, run_config):
     """``deploy.run`` of the app in a thread: the thread, and a dict that holds ``done`` once it ended."""
     outcome = {}
@@ -192,37 +197,32 @@ def test_a_household_joins_and_leaves_a_running_federation_without_restarting_th
     """The operator adds a box (registers its key, the box starts its SuperNode) and removes one (stops it,
     unregisters its node id) while the SuperLink keeps running: the next runs sample the current members, and
     the removed key is refused when it tries again."""
-    def run_once(name):
-        done = deploy.run(ROOT, run_config=f'num-server-rounds=1 clients-per-round={len(members)} fraction-evaluate=0 '
+    def run_once(deploy, name, clients):
+        done = deploy.run(ROOT, run_config=f'num-server-rounds=1 clients-per-round={clients} fraction-evaluate=0 '
                                            f'{SMALL} results-dir="{tmp_path / "results"}" run-name="{name}"')
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-        return sorted(pd.read_csv(tmp_path / "results" / name / "clients.csv")["partition-id"])
+        return _trained(tmp_path / "results", name)
 
     with deployment(tmp_path) as deploy:
         superlink_pid = deploy.superlink.pid
         keys = {k: make_node_key(tmp_path / "keys", f"node{k}") for k in range(3)}
         node_ids = {k: deploy.register(keys[k][1]) for k in (0, 1)}
-        members = [0, 1]
-        for k in members:
+        for k in (0, 1):
             start_supernode(deploy, k, private_key=keys[k][0])
         assert wait_for_nodes(deploy, 2) == 2
-        assert run_once("two") == [0, 1]
+        assert run_once(deploy, "two", 2) == [0, 1]
 
         node_ids[2] = deploy.register(keys[2][1])  # a new household's box
         start_supernode(deploy, 2, private_key=keys[2][0])
-        members = [0, 1, 2]
         assert wait_for_nodes(deploy, 3) == 3
-        assert run_once("joined") == [0, 1, 2]
+        assert run_once(deploy, "joined", 3) == [0, 1, 2]
 
         stop(deploy.supernodes.pop(0))  # household 0 leaves: its box is stopped, its key unregistered
         deploy.unregister(node_ids[0])
-        members = [1, 2]
-        listing = json.loads(deploy.flwr("supernode", "list", deploy.connection, "--format", "json").stdout)
-        assert sorted(int(n["node-id"]) for n in listing["nodes"] if n["status"] == "online") == sorted(
-            node_ids[k] for k in members)
+        assert sorted(int(n["node-id"]) for n in online_nodes(deploy)) == sorted(node_ids[k] for k in (1, 2))
         start_supernode(deploy, 0, private_key=keys[0][0])  # its old key tries again and is refused
         _wait_for_text(tmp_path / "supernode-0.log", "Connection attempt failed")
-        assert run_once("left") == [1, 2]
+        assert run_once(deploy, "left", 2) == [1, 2]
         assert deploy.superlink.poll() is None and deploy.superlink.pid == superlink_pid
 
 
@@ -237,9 +237,6 @@ def test_with_tls_and_auth_a_node_cut_off_past_the_round_timeout_and_a_restarted
 
     timeout = 120  # generous: the other two nodes must make it within it on a loaded 2-core machine
     common = f'num-server-rounds=1 clients-per-round=3 fraction-evaluate=0 {SMALL} results-dir="{tmp_path / "results"}"'
-
-    def members(name):
-        return sorted(pd.read_csv(tmp_path / "results" / name / "clients.csv")["partition-id"])
 
     with deployment(tmp_path) as deploy:
         keys = [make_node_key(tmp_path / "keys", f"node{k}") for k in range(3)]
@@ -266,11 +263,11 @@ def test_with_tls_and_auth_a_node_cut_off_past_the_round_timeout_and_a_restarted
         assert wait_for_nodes(deploy, 3, timeout=300) == 3  # the thawed node is back by itself
         done = deploy.run(ROOT, run_config=f'{common} run-name="after-cut"')
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-        assert members("after-cut") == [0, 1, 2]
+        assert _trained(tmp_path / "results", "after-cut") == [0, 1, 2]
 
         deploy.restart_superlink(crash=True)
         assert wait_for_nodes(deploy, 3, timeout=300) == 3  # keys still registered; nodes reconnect unaided
         done = deploy.run(ROOT, run_config=f'{common} run-name="after-restart"')
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-        assert members("after-restart") == [0, 1, 2]
+        assert _trained(tmp_path / "results", "after-restart") == [0, 1, 2]
         assert frozen.poll() is None  # the same SuperNode process all along: nothing on the box was restarted
