@@ -28,6 +28,7 @@
 # environment variables). Needs: docker (engine + compose), root; BASE=standin: debootstrap; ARCH=arm64 on
 # x86: qemu-user-static. Writes to .docker-e2e/ (ignored by git).
 set -euo pipefail
+shopt -s inherit_errexit   # a failure inside $(...) (the image builders below) stops the script too
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 WORK=$ROOT/.docker-e2e
