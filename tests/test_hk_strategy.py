@@ -5,7 +5,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord
 
 from bouquet.strategies import HKFedAvg, TrajectoryWriter
-from bouquet.strategies.arrays import FlatLayout, stack_records, to_numpy
+from bouquet.strategies.arrays import FlatLayout, array_view, stack_records, to_numpy
 from bouquet.strategies.rounds import TrainRound
 from tests.flower_fakes import ListObserver, ListRecorder, arrays, reply
 
@@ -111,6 +111,39 @@ def test_flat_layout_roundtrip():
         np.testing.assert_array_equal(back[name], record[name].numpy())
     with pytest.raises(ValueError, match="layout needs"):
         layout.unflatten(np.zeros(4), to_numpy(record))
+
+
+@pytest.mark.parametrize("value", [
+    np.arange(12, dtype=np.float32).reshape(3, 4),
+    np.asfortranarray(np.arange(12.0).reshape(3, 4)),  # column-major bytes
+    np.array(3.5),  # 0-d
+    np.zeros((0, 3), dtype=np.float32),
+    np.arange(5, dtype=">i4"),  # big-endian
+    np.array([True, False]),
+    np.arange(6, dtype=np.int64).reshape(2, 3)[:, ::2],  # a non-contiguous source
+])
+def test_array_view_gives_flowers_values_without_a_copy(value):
+    array = Array(value)
+    view, decoded = array_view(array), array.numpy()
+    assert view.dtype == decoded.dtype and view.shape == decoded.shape
+    np.testing.assert_array_equal(view, decoded)
+    assert not view.flags.writeable  # a view of the message's bytes: never written through
+    if view.size:
+        assert np.shares_memory(view, np.frombuffer(array.data, dtype=np.uint8))
+    with pytest.raises(ValueError, match="read-only"):
+        view[...] = 0
+
+
+def test_array_view_leaves_pickled_and_foreign_arrays_to_flower():
+    import io
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    pickled = Array(dtype="object", shape=(1,), stype="numpy.ndarray", data=buffer.getvalue())
+    with pytest.raises(ValueError, match="allow_pickle"):  # refused, as Array.numpy() refuses it
+        array_view(pickled)
+    foreign = Array(dtype="float32", shape=(2,), stype="torch.raw", data=b"\0" * 8)
+    with pytest.raises(TypeError, match="Unsupported serialization type"):
+        array_view(foreign)
 
 
 def test_updates_opinion_space_groups_by_direction_of_change():

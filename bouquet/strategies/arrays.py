@@ -6,21 +6,52 @@ A model here is a mapping ``name -> numpy array`` (a decoded Flower ``ArrayRecor
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-__all__ = ["FlatLayout", "Model", "stack_models", "stack_records", "to_numpy", "to_record"]
+__all__ = ["FlatLayout", "Model", "array_view", "stack_models", "stack_records", "to_numpy", "to_record"]
 
 #: A model: array name -> value, in the order of the record it came from.
 Model = Mapping[str, np.ndarray]
 
 
 def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
-    """The arrays of ``record`` decoded, in record order."""
-    return {name: array.numpy() for name, array in record.items()}
+    """The arrays of ``record`` decoded, in record order (read-only views, see :func:`array_view`)."""
+    return {name: array_view(array) for name, array in record.items()}
+
+
+def array_view(array: Array) -> np.ndarray:
+    """A Flower ``Array`` as a read-only numpy view of its bytes: the values of ``array.numpy()``, no copy.
+
+    ``Array.numpy()`` reads the ``.npy`` bytes through ``np.load``, which copies them (0.6 s for the
+    800 MB of 200 replies of 1e6 float32 weights).  Here the header is parsed with numpy's public
+    ``numpy.lib.format`` and the data is viewed in place (``np.frombuffer``).  Arrays of another
+    serialisation type, of object dtype, or with an unknown header version go through
+    ``array.numpy()``.  The view cannot be written to: a caller that needs to change values copies.
+    """
+    if array.stype != "numpy.ndarray":
+        return array.numpy()
+    stream = io.BytesIO(array.data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read_header is None:
+            return array.numpy()
+        shape, fortran_order, dtype = read_header(stream)
+    except ValueError:
+        return array.numpy()  # let Flower's decoder raise its own error
+    if dtype.hasobject:
+        return array.numpy()  # refuses pickled data, as Flower does
+    count = int(np.prod(shape, dtype=np.int64))
+    flat = np.frombuffer(array.data, dtype=dtype, count=count, offset=stream.tell())
+    view = flat.reshape(shape[::-1]).T if fortran_order else flat.reshape(shape)
+    view.flags.writeable = False
+    return view
 
 
 def to_record(model: Model) -> ArrayRecord:
