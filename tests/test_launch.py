@@ -100,3 +100,35 @@ def test_a_ray_address_nobody_answers_at_stops_before_any_run_starts(tmp_path, c
         listening.listen()
         check_ray_address(f"127.0.0.1:{listening.getsockname()[1]}")
     check_ray_address("auto")
+
+
+def test_app_files_skip_ignored_folders_symlinks_and_git_but_keep_the_rest(tmp_path):
+    from bouquet.launch import app_files
+
+    (tmp_path / ".gitignore").write_text("results/\n*.log\n!keep.log\n")
+    for path in ["pyproject.toml", "pkg/mod.py", "pkg/sub/data.toml", "run.log", "keep.log",
+                 "results/r1/summary.json", ".venv/lib/x.py", ".git/HEAD", "pkg/__pycache__/mod.pyc"]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("x")
+    (tmp_path / "link.py").symlink_to(tmp_path / "pkg" / "mod.py")
+    (tmp_path / "linked").symlink_to(tmp_path / "pkg", target_is_directory=True)
+    assert app_files(tmp_path) == [".gitignore", "keep.log", "pkg/mod.py", "pkg/sub/data.toml", "pyproject.toml"]
+
+
+def test_the_staged_app_builds_the_same_fab_as_the_repository(tmp_path):
+    """What `flwr run` gets from staged_app is this repository's FAB to the byte (Flower's own build)."""
+    from bouquet.launch import staged_app
+    from bouquet.processes import flower_bin
+
+    def build(app: Path, out: Path) -> bytes:
+        out.mkdir()
+        done = subprocess.run([flower_bin("flwr"), "build", "--app", str(app)], cwd=out, capture_output=True, check=False,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (fab,) = out.glob("*.fab")
+        return fab.read_bytes()
+
+    with staged_app(ROOT) as staged:
+        assert len(list(staged.rglob("*"))) < 1000
+        from_stage = build(staged, tmp_path / "staged")
+    assert from_stage == build(ROOT, tmp_path / "whole")
