@@ -39,7 +39,7 @@ def daiad_zip() -> Path:
 class RayHead:
     """A ``ray start --head --block`` process on 127.0.0.1 (its session logs under ``temp_dir``)."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, num_cpus: int = 2) -> None:
         from bouquet.processes import free_port
 
         self.port = free_port()
@@ -47,7 +47,7 @@ class RayHead:
         with open(log, "w") as handle:  # the child keeps its own copy
             self.process = subprocess.Popen(
                 [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address",
-                 "127.0.0.1", "--port", str(self.port), "--num-cpus", "2", "--include-dashboard", "false",
+                 "127.0.0.1", "--port", str(self.port), "--num-cpus", str(num_cpus), "--include-dashboard", "false",
                  "--disable-usage-stats", "--temp-dir", str(self.temp_dir)],
                 stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 120
@@ -62,14 +62,56 @@ class RayHead:
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+class RayNode:
+    """A second Ray node: ``ray start --address <head> --block`` on 127.0.0.1 with its own CPUs.
+
+    It shares the head's session folder (one machine) but runs its own raylet, which starts the worker
+    processes of the actors Ray places on this node.
+    """
+
+    def __init__(self, head: RayHead, log: Path, num_cpus: int = 1) -> None:
+        with open(log, "w") as handle:
+            self.process = subprocess.Popen(
+                [str(Path(sys.executable).with_name("ray")), "start", "--address", head.address, "--block",
+                 "--node-ip-address", "127.0.0.1", "--num-cpus", str(num_cpus), "--disable-usage-stats"],
+                stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while not self.raylet_pid():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray node did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        time.sleep(2)
+
+    def raylet_pid(self) -> int | None:
+        return raylet_of(self.process.pid)
+
+    def stop(self) -> None:
+        stop_group(self.process)
+
+
+def raylet_of(ray_start_pid: int) -> int | None:
+    """The PID of the raylet that the ``ray start`` process ``ray_start_pid`` runs, if it runs one yet."""
+    listing = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=True).stdout
+    for line in listing.splitlines()[1:]:
+        pid, ppid, args = line.split(None, 2)
+        if int(ppid) == ray_start_pid and args.split()[0].endswith("/raylet"):
+            return int(pid)
+    return None
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the process group we started (SIGKILL after 30 s)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 @pytest.fixture(scope="session")

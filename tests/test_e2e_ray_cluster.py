@@ -1,0 +1,65 @@
+"""A real two-node Ray cluster on this machine: the simulation's ClientApp actors run on both nodes."""
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bouquet.launch import local_superlink
+from tests.conftest import RayHead, RayNode, raylet_of
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def actor_parents(seen: dict[int, int], stop: threading.Event) -> None:
+    """Record pid -> parent pid of every ``ray::ClientAppActor`` process until ``stop`` (Ray names its
+    worker processes after the actor class; a worker's parent is the raylet of the node it runs on)."""
+    while not stop.is_set():
+        listing = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=True).stdout
+        for line in listing.splitlines()[1:]:
+            pid, ppid, args = line.split(None, 2)
+            if args.startswith("ray::ClientAppActor"):
+                seen[int(pid)] = int(ppid)
+        time.sleep(0.3)
+
+
+def test_a_simulation_places_its_clients_on_both_nodes_of_a_two_node_ray_cluster(tmp_path):
+    head = RayHead(tmp_path / "head.log", num_cpus=1)
+    node = None
+    try:
+        node = RayNode(head, tmp_path / "node.log", num_cpus=1)
+        raylets = {"head": raylet_of(head.process.pid), "second": node.raylet_pid()}
+        assert None not in raylets.values() and len(set(raylets.values())) == 2, raylets
+        deadline = time.monotonic() + 90
+        while True:  # Ray's own view: the cluster's CPUs are the head's 1 + the second node's 1
+            status = subprocess.run([str(Path(head.process.args[0])), "status", "--address", head.address],
+                                    capture_output=True, text=True, timeout=60, check=False)
+            if "/2.0 CPU" in status.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        assert "/2.0 CPU" in status.stdout, status.stdout + status.stderr
+        seen: dict[int, int] = {}
+        stop = threading.Event()
+        sampler = threading.Thread(target=actor_parents, args=(seen, stop))
+        sampler.start()
+        try:
+            with local_superlink(tmp_path / "superlink", env={"RAY_ADDRESS": head.address}) as link:
+                done = link.flwr_run(ROOT / "tests" / "foreign_app",
+                                     federation_config="num-supernodes=4 client-resources-num-cpus=1")
+        finally:
+            stop.set()
+            sampler.join()
+        output = done.stdout + done.stderr
+        assert done.returncode == 0 and "FOREIGN-APP-MSE" in output, output[-4000:]
+        hosts = {name: sorted(pid for pid, parent in seen.items() if parent == raylet)
+                 for name, raylet in raylets.items()}
+        # one CPU per node and one CPU per client: one ClientApp actor on each node, none elsewhere
+        assert hosts["head"] and hosts["second"], (hosts, seen)
+        assert node.process.poll() is None and head.process.poll() is None  # the cluster outlives the run
+    finally:
+        if node is not None:
+            node.stop()
+        head.stop()
