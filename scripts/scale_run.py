@@ -1,0 +1,214 @@
+"""Scale runs (issue 20, item 4): big simulations of the water app, with wall time and peak memory per process.
+
+    python scripts/scale_run.py                       # every arm below, skipping finished ones
+    python scripts/scale_run.py --arms pool-1099 --out results/scale
+
+Arms (synthetic households, every filter off, so the pool is all 1,099 of them, one SuperNode each):
+
+* ``pool-1099``: the default job's method (HK cosine 0.75) for 20 rounds x 100 clients, every node
+  evaluated every round;
+* ``hk-s1000``: HK cosine 0.75 aggregating S = 1,000 clients a round (3 rounds);
+* ``sckm-cluster-s1000``: SCKM-Cluster scoring 1,000 candidates' sketches a round and choosing 100
+  (3 rounds).
+
+Each arm is one ``python -m bouquet.launch`` (a private SuperLink and Ray on this machine).  While it runs,
+every process below it is read from ``/proc`` once a second: its resident memory now (VmRSS) and its own
+peak (VmHWM).  Processes are grouped by what they are (the launcher and ``flwr`` CLI; the SuperLink; the
+simulation process, which runs the ServerApp and is Ray's driver; Ray's own daemons; the ClientApp actors).
+Per group: the largest single peak, and the peak of the group's summed RSS (sampled; a spike between
+samples can be missed).  Writes ``<out>/<arm>/scale.json`` and ``<out>/scale.md``; the run's own folder
+is ``<out>/<arm>/<arm>/`` (rounds, summary).  A finished arm (its ``scale.json`` exists) is not run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FILTERS_OFF = "min-history-days=0 active-factor=0"
+ARMS = {
+    "pool-1099": f'{FILTERS_OFF} num-server-rounds=20 clients-per-round=100',
+    "hk-s1000": f'{FILTERS_OFF} num-server-rounds=3 clients-per-round=1000',
+    "sckm-cluster-s1000": (f'{FILTERS_OFF} num-server-rounds=3 clients-per-round=100 selection="sckm-cluster" '
+                           'candidates-per-round=1000'),
+}
+GROUPS = ("launcher", "superlink", "simulation", "ray-daemons", "clientapp-actors")
+
+
+def group_of(command: str) -> str:
+    """What a process is, from its command line."""
+    if command.startswith("ray::ClientAppActor"):
+        return "clientapp-actors"
+    if command.startswith("ray::") or any(k in command for k in ("raylet", "gcs_server", "/ray/", "ray.", "ray_")):
+        return "ray-daemons"
+    if "flower-superlink" in command:
+        return "superlink"
+    if "flwr-simulation" in command or "flower-superexec" in command:
+        return "simulation"
+    return "launcher"
+
+
+def process_table() -> dict[int, tuple[int, str, int, int]]:
+    """pid -> (parent pid, command line, VmRSS bytes, VmHWM bytes) of every readable process."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                command = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            rss = hwm = 0
+            with open(f"/proc/{entry}/status") as handle:
+                for line in handle:
+                    if line.startswith("VmRSS:"):
+                        rss = int(line.split()[1]) * 1024
+                    elif line.startswith("VmHWM:"):
+                        hwm = int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or a kernel thread
+        table[int(entry)] = (parent, command, rss, hwm)
+    return table
+
+
+def descendants(table: dict[int, tuple[int, str, int, int]], root: int) -> list[int]:
+    children = defaultdict(list)
+    for pid, (parent, *_rest) in table.items():
+        children[parent].append(pid)
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children[pid])
+    return [pid for pid in found if pid in table]
+
+
+class MemorySampler(threading.Thread):
+    """Samples the process tree below ``root`` every ``interval`` seconds until stopped."""
+
+    def __init__(self, root: int, interval: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.root, self.interval = root, interval
+        self.stopped = threading.Event()
+        self.peak_single: dict[str, int] = defaultdict(int)
+        self.peak_sum: dict[str, int] = defaultdict(int)
+        self.peak_total = 0
+        self.seen: dict[str, set[int]] = defaultdict(set)
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            table = process_table()
+            sums: dict[str, int] = defaultdict(int)
+            for pid in descendants(table, self.root):
+                _parent, command, rss, hwm = table[pid]
+                group = group_of(command)
+                self.seen[group].add(pid)
+                self.peak_single[group] = max(self.peak_single[group], hwm)
+                sums[group] += rss
+            for group, total in sums.items():
+                self.peak_sum[group] = max(self.peak_sum[group], total)
+            self.peak_total = max(self.peak_total, sum(sums.values()))
+            self.stopped.wait(self.interval)
+
+    def report(self) -> dict[str, dict[str, float]]:
+        mib = 2 ** 20
+        return {group: {"processes": len(self.seen[group]), "largest_peak_mib": self.peak_single[group] / mib,
+                        "summed_peak_mib": self.peak_sum[group] / mib} for group in GROUPS if self.seen[group]}
+
+
+def run_arm(arm: str, out: Path, ray_address: str | None) -> dict:
+    folder = out / arm
+    folder.mkdir(parents=True, exist_ok=True)
+    run_config = f'{ARMS[arm]} results-dir="{folder}" run-name="{arm}"'
+    command = [sys.executable, "-m", "bouquet.launch", str(ROOT), "--run-config", run_config]
+    if ray_address:
+        command += ["--ray-address", ray_address]
+    log_path = folder / "launch.log"
+    print(f"[{arm}] {' '.join(command[2:])}\n[{arm}] log: {log_path}", flush=True)
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        sampler = MemorySampler(process.pid)
+        sampler.start()
+        try:
+            last = ""
+            while process.poll() is None:
+                time.sleep(5)
+                marks = [line for line in log_path.read_text(errors="replace").splitlines() if "[ROUND " in line]
+                if marks and marks[-1] != last:
+                    last = marks[-1]
+                    print(f"[{arm}] {time.monotonic() - started:7.0f} s  {last.split('INFO')[-1].strip(' :')}",
+                          flush=True)
+        except KeyboardInterrupt:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+            raise
+        finally:
+            sampler.stopped.set()
+            sampler.join()
+    wall = time.monotonic() - started
+    summary_path = folder / arm / "summary.json"
+    if process.returncode != 0 or not summary_path.exists():
+        raise SystemExit(f"[{arm}] failed (exit code {process.returncode}); see {log_path}")
+    summary = json.loads(summary_path.read_text())
+    rounds = [json.loads(line) for line in (folder / arm / "rounds.jsonl").read_text().splitlines() if line]
+    result = {"arm": arm, "run_config": ARMS[arm], "wall_s": wall, "memory": sampler.report(),
+              "peak_total_mib": sampler.peak_total / 2 ** 20, "mae_litres": summary.get("mae-litres-mean"),
+              "clients_evaluated": summary.get("clients-evaluated"), "rounds": summary.get("rounds"),
+              "train_phases": sum(1 for r in rounds if r.get("phase") == "train")}
+    (folder / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| arm | wall (s) | MAE (L/day) | clients evaluated | peak RSS, all (MiB) | "
+             + " | ".join(f"{g}: largest / summed (MiB)" for g in GROUPS) + " |",
+             "|---|--:|--:|--:|--:|" + "--:|" * len(GROUPS)]
+    for r in results:
+        cells = []
+        for group in GROUPS:
+            m = r["memory"].get(group)
+            cells.append(f"{m['largest_peak_mib']:.0f} / {m['summed_peak_mib']:.0f} ({m['processes']})" if m else "-")
+        lines.append(f"| {r['arm']} | {r['wall_s']:.0f} | {r['mae_litres']:.1f} | {r['clients_evaluated']} | "
+                     f"{r['peak_total_mib']:.0f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of: {', '.join(ARMS)}")
+    parser.add_argument("--out", default="results/scale")
+    parser.add_argument("--ray-address", default=None, help="run on this existing Ray cluster (head:port)")
+    args = parser.parse_args()
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        parser.error(f"unknown arm(s) {unknown}; known: {', '.join(ARMS)}")
+    out = Path(args.out).resolve()
+    results = []
+    for arm in arms:
+        done = out / arm / "scale.json"
+        if done.exists():
+            print(f"[{arm}] already done: {done}", flush=True)
+            results.append(json.loads(done.read_text()))
+            continue
+        results.append(run_arm(arm, out, args.ray_address))
+        print(f"[{arm}] wall {results[-1]['wall_s']:.0f} s, peak RSS of the whole tree "
+              f"{results[-1]['peak_total_mib']:.0f} MiB", flush=True)
+    text = table(results)
+    (out / "scale.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

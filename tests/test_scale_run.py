@@ -1,0 +1,45 @@
+"""scripts/scale_run.py: what each process is, the tree below a process, and the memory sampler on a real one."""
+
+import subprocess
+import sys
+import time
+
+from tests.script_loader import script
+
+scale = script("scale_run")
+
+
+def test_processes_are_grouped_by_their_command_line():
+    assert scale.group_of("ray::ClientAppActor") == "clientapp-actors"
+    assert scale.group_of("ray::IDLE") == "ray-daemons"
+    assert scale.group_of("/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --x") == "ray-daemons"
+    assert scale.group_of("/venv/bin/python /venv/bin/flower-superlink --insecure") == "superlink"
+    assert scale.group_of("/venv/bin/python /venv/bin/flwr-simulation --app x") == "simulation"
+    assert scale.group_of("/venv/bin/python -m bouquet.launch . --run-config x") == "launcher"
+
+
+def test_descendants_follow_parent_links_and_skip_the_rest():
+    table = {1: (0, "init", 0, 0), 10: (1, "a", 0, 0), 11: (10, "b", 0, 0), 12: (11, "c", 0, 0), 20: (1, "d", 0, 0)}
+    assert sorted(scale.descendants(table, 10)) == [10, 11, 12]
+    assert scale.descendants(table, 99) == []
+
+
+def test_the_sampler_sees_a_child_that_holds_memory_and_its_peak():
+    holder = "import time; block = bytearray(64 * 2**20); block[::4096] = b'x' * len(block[::4096]); time.sleep(3)"
+    process = subprocess.Popen([sys.executable, "-c", holder])
+    sampler = scale.MemorySampler(process.pid, interval=0.2)
+    sampler.start()
+    time.sleep(2)
+    sampler.stopped.set()
+    sampler.join()
+    process.wait()
+    report = sampler.report()
+    assert report["launcher"]["processes"] == 1
+    assert 64 <= report["launcher"]["largest_peak_mib"] < 200, report
+    assert report["launcher"]["summed_peak_mib"] >= 64, report
+
+
+def test_unknown_arms_are_refused_by_name(capsys):
+    done = subprocess.run([sys.executable, str(scale.ROOT / "scripts" / "scale_run.py"), "--arms", "pool-9"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "unknown arm(s) ['pool-9']" in done.stderr
