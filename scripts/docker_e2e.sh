@@ -10,6 +10,7 @@
 #   NODE_CPUS=1 NODE_MEMORY=512m BASE=standin bash scripts/docker_e2e.sh   # a Pi-sized budget per container
 #   NODE_LAYOUT=single NODE_CPUS=1 NODE_MEMORY=512m BASE=standin bash scripts/docker_e2e.sh   # per box
 #   NODES=20 ROUNDS=3 BASE=standin bash scripts/docker_e2e.sh              # a fleet of 20 households
+#   RECONNECT=1 TLS=1 BASE=standin bash scripts/docker_e2e.sh              # then a frozen box, a SuperLink restart
 #
 # Variables: BASE (official|standin), TLS (0|1), ARCH (amd64|arm64: the households' SuperNode + ClientApp
 # containers; the SuperLink and ServerApp stay on the host's), NODES (households; 3, or 1 with ARCH=arm64),
@@ -17,7 +18,9 @@
 # household container), NODE_LAYOUT (pair: SuperNode + ClientApp containers; single: one container per
 # household, `python -m bouquet.fleet --node-layout single`), NODE_ENV ("NAME=value ..." for every household
 # container), DAIAD (a DAIAD file; default ../shared/data/daiad/swm_trialA.zip when it exists,
-# else synthetic households), REBUILD=1 (rebuild the foreign-architecture app image).
+# else synthetic households), REBUILD=1 (rebuild the foreign-architecture app image), RECONNECT=1 (after the
+# run: household 0's box paused past the round timeout CUT_TIMEOUT (90 s) and thawed, then the SuperLink
+# container killed and restarted mid-run; the nodes must come back unaided and a next run have them all).
 # With NODES=3 and no ARCH or limits it runs the committed docker-compose.yml (+ docker/compose.tls.yml);
 # otherwise a file from `python -m bouquet.fleet` (tests/test_fleet.py proves the two agree for 3 nodes).
 # ARCH=arm64 on an x86 host registers qemu-user-static's aarch64 handler with binfmt_misc for the run only
@@ -40,6 +43,8 @@ ROUNDS=${ROUNDS:-2}
 NODE_CPUS=${NODE_CPUS:-}
 NODE_MEMORY=${NODE_MEMORY:-}
 NODE_LAYOUT=${NODE_LAYOUT:-pair}
+RECONNECT=${RECONNECT:-0}
+ROUND_TIMEOUT=${ROUND_TIMEOUT:-900}
 mkdir -p "$WORK"
 started=$(date +%s)
 log() { echo "[docker-e2e $(( $(date +%s) - started ))s] $*"; }
@@ -48,6 +53,9 @@ case "$BASE" in official|standin) ;; *) echo "BASE must be official or standin, 
 case "$NODE_LAYOUT" in pair|single) ;; *) echo "NODE_LAYOUT must be pair or single, got '$NODE_LAYOUT'" >&2; exit 2 ;; esac
 [[ "$NODES" =~ ^[1-9][0-9]*$ ]] || { echo "NODES must be a positive integer, got '$NODES'" >&2; exit 2; }
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a positive integer, got '$ROUNDS'" >&2; exit 2; }
+[[ "$ROUND_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || { echo "ROUND_TIMEOUT must be a positive integer (seconds), got '$ROUND_TIMEOUT'" >&2; exit 2; }
+case "$RECONNECT" in 0|1) ;; *) echo "RECONNECT must be 0 or 1, got '$RECONNECT'" >&2; exit 2 ;; esac
+if [ "$RECONNECT" = 1 ] && [ "$NODES" -lt 2 ]; then echo "RECONNECT=1 needs NODES >= 2 (one household is cut off)" >&2; exit 2; fi
 HOST_ARCH=$(uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')
 
 DOCKERD_PID="" STATS_PID="" EMU_REGISTERED=0 EMU_MOUNTED=0
@@ -55,6 +63,7 @@ BINFMT=/proc/sys/fs/binfmt_misc
 cleanup() {
   rc=$?
   if [ -n "$STATS_PID" ]; then kill "$STATS_PID" 2>/dev/null || true; fi
+  if [ -n "${box:-}" ]; then docker unpause $box >/dev/null 2>&1 || true; fi   # a frozen box stops too
   if [ -n "${COMPOSE:-}" ]; then $COMPOSE down --remove-orphans >"$WORK/down.log" 2>&1 || true; fi
   if [ "$EMU_REGISTERED" = 1 ]; then log "removing the aarch64 binfmt handler registered for this run"; echo -1 >"$BINFMT/qemu-aarch64" || true; fi
   if [ "$EMU_MOUNTED" = 1 ]; then umount "$BINFMT" || true; fi
@@ -241,11 +250,14 @@ up_started=$(date +%s)
 docker update --cpu-shares 8192 $($COMPOSE ps -q superlink serverapp) >/dev/null
 wait_s=$(( 120 + 10 * NODES ))
 if [ "$ARCH" != "$HOST_ARCH" ]; then wait_s=$(( wait_s + 300 )); fi
-online=0
-for _ in $(seq "$wait_s"); do
-  online=$("$FLWR" supernode list bouquet-docker --format json 2>/dev/null | grep -o '"online"' | wc -l || true)
-  [ "$online" -ge "$NODES" ] && break; sleep 1
-done
+online_nodes() { "$FLWR" supernode list bouquet-docker --format json 2>/dev/null | grep -o '"online"' | wc -l || true; }
+# wait_online SECONDS: until all NODES are online (sets $online), at most SECONDS
+wait_online() {
+  online=0
+  for _ in $(seq "$1"); do online=$(online_nodes); [ "$online" -ge "$NODES" ] && return 0; sleep 1; done
+  return 1
+}
+wait_online "$wait_s" || true
 log "$online SuperNodes online after $(( $(date +%s) - up_started )) s"
 [ "$online" -ge "$NODES" ] || { $COMPOSE logs --tail 40; exit 1; }
 
@@ -255,29 +267,40 @@ STATS_PID=$!
 # emulated nodes start a ClientApp (python + torch under qemu) in about a minute: give the identity query time
 # and so do many households sharing this machine's cores (20 ClientApps start at once: 6 s each here)
 node_wait=$(( NODES * 6 > 30 ? NODES * 6 : 30 )); if [ "$ARCH" != "$HOST_ARCH" ]; then node_wait=300; fi
-log "flwr run: $ROUNDS rounds, $NODES households"
-run_started=$(date +%s)
-"$FLWR" run . bouquet-docker --stream --run-config \
-  "data-source=\"daiad\" min-history-days=300 num-server-rounds=$ROUNDS clients-per-round=$NODES local-epochs=1 node-wait-seconds=$node_wait round-timeout=${ROUND_TIMEOUT:-900} results-dir=\"/results\" run-name=\"docker-e2e\"" \
-  2>&1 | while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$WORK/run.log" \
-  || { tail -40 "$WORK/run.log"; $COMPOSE logs --tail 40 >"$WORK/compose.log" 2>&1; exit 1; }
-summary=$BOUQUET_RESULTS/docker-e2e/summary.json
-# `flwr run --stream` can end before the run does (its log stream fails when the SuperLink is overloaded):
-# wait for the summary while the SuperLink still lists the run as running, up to every round's timeout
-deadline=$(( $(date +%s) + ROUNDS * ${ROUND_TIMEOUT:-900} + 120 ))
-while [ ! -f "$summary" ] && [ "$(date +%s)" -lt "$deadline" ]; do
-  "$FLWR" ls bouquet-docker --format json 2>/dev/null | "$PY" -c 'import json, sys
+# fl_run NAME ROUNDS TIMEOUT LOG: one `flwr run` of the water app as run NAME (results in
+# $BOUQUET_RESULTS/NAME), its output timestamped into LOG; returns when its summary.json is written, fails when
+# the run ends without one
+fl_run() {
+  local name=$1 rounds=$2 timeout=$3 log_file=$4
+  local summary=$BOUQUET_RESULTS/$name/summary.json
+  "$FLWR" run . bouquet-docker --stream --run-config \
+    "data-source=\"daiad\" min-history-days=300 num-server-rounds=$rounds clients-per-round=$NODES local-epochs=1 node-wait-seconds=$node_wait round-timeout=$timeout results-dir=\"/results\" run-name=\"$name\"" \
+    2>&1 | while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$log_file" \
+    || log "run $name: flwr run's log stream ended with an error (the run may go on): $(grep -v '^[0-9.]* *$' "$log_file" | tail -2 | cut -d' ' -f2- | tr -s ' ' | tr '\n' ' ')"
+  # `flwr run --stream` can end before the run does (its log stream fails when the SuperLink is overloaded or
+  # restarted): wait for the summary while the SuperLink still lists a run as running, up to every round's
+  # timeout (a run that never started is not listed, and fails below)
+  local deadline=$(( $(date +%s) + rounds * timeout + 120 ))
+  local listing
+  while [ ! -f "$summary" ] && [ "$(date +%s)" -lt "$deadline" ]; do
+    listing=$("$FLWR" ls bouquet-docker --format json 2>/dev/null) || { sleep 5; continue; }  # SuperLink away
+    echo "$listing" | "$PY" -c 'import json, sys
 runs = json.load(sys.stdin).get("runs", [])
 sys.exit(0 if any(not str(r.get("status", "")).lower().startswith("finished") for r in runs) else 1)' \
-    || { sleep 5; break; }
-  sleep 10
-done
+      || { sleep 5; break; }
+    sleep 10
+  done
+  if [ ! -f "$summary" ]; then   # `flwr run --stream` exits 0 even when the ServerApp raised
+    $COMPOSE logs --no-color >"$WORK/compose.log" 2>&1 || true
+    log "no summary.json for run $name: it failed; its log: $log_file, every container's: $WORK/compose.log"
+    tail -5 "$log_file"; return 1
+  fi
+}
+log "flwr run: $ROUNDS rounds, $NODES households"
+run_started=$(date +%s)
+fl_run docker-e2e "$ROUNDS" "$ROUND_TIMEOUT" "$WORK/run.log"
 run_s=$(( $(date +%s) - run_started ))
-if [ ! -f "$summary" ]; then   # `flwr run --stream` exits 0 even when the ServerApp raised
-  $COMPOSE logs --no-color >"$WORK/compose.log" 2>&1 || true
-  log "no summary.json: the run failed; its log: $WORK/run.log, every container's: $WORK/compose.log"
-  tail -5 "$WORK/run.log"; exit 1
-fi
+summary=$BOUQUET_RESULTS/docker-e2e/summary.json
 kill "$STATS_PID" 2>/dev/null || true; STATS_PID=""
 # per container: the cgroup's own peak (page cache included) and out-of-memory kills, read before teardown
 for c in $($COMPOSE ps -q); do
@@ -339,3 +362,68 @@ print(f"docker e2e OK: {rounds} rounds, {nodes} households, MAE {summary['mae-li
 PYCHECK
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E 'bouquet' >"$WORK/images.txt" || true
 log "passed; images: $(tr '\n' ';' <"$WORK/images.txt")"
+
+[ "$RECONNECT" = 1 ] || exit 0
+
+# Reconnects (issue 19), on the same stack: (1) household 0's box frozen (`docker pause`, its SuperNode and
+# ClientApp) for longer than the round timeout, then thawed; (2) the SuperLink container killed and started
+# again (same container, so the same state.db with the registered node keys) in the middle of a run. Nothing
+# is restarted by hand but the SuperLink: the nodes must come back by themselves, and a run after each must
+# have every household.
+CUT_TIMEOUT=${CUT_TIMEOUT:-90}
+if [ "$NODE_LAYOUT" = single ]; then box_services=(node-0); else box_services=(supernode-0 clientapp-0); fi
+box=$($COMPOSE ps -q "${box_services[@]}")
+# wait_round LOG PID: until the run writing LOG has started round 1 (or has ended)
+wait_round() {
+  until grep -q '\[ROUND 1/' "$1" 2>/dev/null; do kill -0 "$2" 2>/dev/null || return 1; sleep 1; done
+}
+lost_in() {  # lost training replies per round of run $1, as "round:count ..."
+  "$PY" -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(" ".join("%s:%d" % (r["round"], len(r.get("lost-nodes") or [])) for r in rows if r.get("phase") == "train"))' \
+    "$BOUQUET_RESULTS/$1/rounds.jsonl"
+}
+evaluated_in() { "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["clients-evaluated"])' "$BOUQUET_RESULTS/$1/summary.json"; }
+
+frozen_s=$(( CUT_TIMEOUT + 60 ))
+log "reconnect 1: a 1-round run with round-timeout $CUT_TIMEOUT s; household 0's box is paused for $frozen_s s once round 1 starts"
+fl_run docker-e2e-cut 1 "$CUT_TIMEOUT" "$WORK/run-cut.log" &
+cut_pid=$!
+wait_round "$WORK/run-cut.log" "$cut_pid" || { wait "$cut_pid"; exit 1; }
+docker pause $box >/dev/null
+paused_at=$(date +%s)
+sleep "$frozen_s"
+docker unpause $box >/dev/null
+thawed_at=$(date +%s)
+log "household 0 thawed after $(( thawed_at - paused_at )) s"
+wait "$cut_pid"
+cut_lost=$(lost_in docker-e2e-cut); cut_evaluated=$(evaluated_in docker-e2e-cut)
+log "the run with the frozen box completed: lost training replies (round:count) $cut_lost, clients evaluated $cut_evaluated"
+[ "$cut_lost" = "1:1" ] || { log "expected household 0's reply of round 1 to be lost, got '$cut_lost'"; exit 1; }
+wait_online 300 || { log "household 0 did not come back: $online of $NODES online 300 s after the thaw"; exit 1; }
+rejoin_s=$(( $(date +%s) - thawed_at ))
+log "all $NODES SuperNodes online again $rejoin_s s after the thaw"
+
+log "reconnect 2: a 2-round run; the SuperLink container is killed (docker restart -t 0) once round 1 starts"
+mid_pid=""
+fl_run docker-e2e-restart 2 "$CUT_TIMEOUT" "$WORK/run-restart.log" &
+mid_pid=$!
+wait_round "$WORK/run-restart.log" "$mid_pid" || { wait "$mid_pid"; exit 1; }
+link=$($COMPOSE ps -q superlink)
+link_started=$(docker inspect -f '{{.State.StartedAt}}' "$link")
+docker restart -t 0 "$link" >/dev/null
+restarted_at=$(date +%s)
+[ "$(docker inspect -f '{{.State.StartedAt}}' "$link")" != "$link_started" ] || { log "the SuperLink container was not restarted"; exit 1; }
+wait_online 300 || { log "the nodes did not come back: $online of $NODES online 300 s after the SuperLink restart"; exit 1; }
+back_s=$(( $(date +%s) - restarted_at ))
+log "SuperLink restarted (its container started again at $(docker inspect -f '{{.State.StartedAt}}' "$link")); all $NODES SuperNodes online again $back_s s later, no key registered again"
+if wait "$mid_pid"; then mid_outcome="completed (lost replies $(lost_in docker-e2e-restart))"; else mid_outcome="did not complete"; fi
+log "the run cut by the SuperLink restart: $mid_outcome"
+"$FLWR" ls bouquet-docker --format json >"$WORK/runs-after-restart.json" 2>&1 || true   # every run's status
+after_started=$(date +%s)
+fl_run docker-e2e-after 1 "$CUT_TIMEOUT" "$WORK/run-after.log"
+after_lost=$(lost_in docker-e2e-after); after_evaluated=$(evaluated_in docker-e2e-after)
+[ "$after_lost" = "1:0" ] && [ "$after_evaluated" = "$NODES" ] \
+  || { log "the run after the restart lost replies ($after_lost) or evaluated $after_evaluated of $NODES"; exit 1; }
+restarts=$(for c in $($COMPOSE ps -q); do docker inspect -f '{{.Name}}={{.RestartCount}}' "$c"; done | sed 's#^/bouquet-e2e[-_]##; s#[-_]1=#=#' | tr '\n' ' ')
+log "reconnect OK: frozen box lost its round-1 reply and was online again $rejoin_s s after the thaw; SuperLink restart mid-run: run $mid_outcome, nodes back in $back_s s, next run $(( $(date +%s) - after_started )) s with all $NODES households; container restarts: $restarts"
