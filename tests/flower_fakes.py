@@ -76,20 +76,21 @@ class FakeGrid:
         self.handler = handler
         self.identify_queries = 0
         self.sent = []
-        self.slow = dict(slow or {})  # node -> identity queries it leaves unanswered (a slow start)
+        self.slow = dict(slow or {})  # node -> seconds its identity reply takes (a slow start)
+        self.timeouts = []  # the timeout of every send_and_receive
 
     def get_node_ids(self):
         return list(self.node_ids)
 
     def send_and_receive(self, messages, timeout=None):
+        self.timeouts.append(timeout)
         out = []
         for msg in messages:
             if msg.metadata.message_type == "query.identify":
                 self.identify_queries += 1
                 node = msg.metadata.dst_node_id
-                if self.slow.get(node, 0) > 0:
-                    self.slow[node] -= 1
-                    continue
+                if timeout is not None and self.slow.get(node, 0) > timeout:
+                    continue  # answers after the wait is over
                 out.append(identity_reply(msg, self.keys))
                 continue
             self.sent.append(msg)

@@ -232,19 +232,30 @@ def test_nodes_without_identity_come_last_by_node_id(caplog):
     assert "2 of 4 nodes report no stable identity" in caplog.text
 
 
-def test_nodes_slow_to_answer_their_identity_are_asked_again(caplog):
-    # a loaded machine's simulation can take longer than node-wait-seconds to start its ClientApps
+def test_nodes_slow_to_answer_their_identity_are_waited_for_not_asked_again(caplog):
+    # a loaded machine's simulation (or a large one) can take longer than node-wait-seconds to start its
+    # ClientApps: each node is asked once and its reply awaited up to 3 x node-wait-seconds
     s = strategy(clients_per_round=4)
-    grid = FakeGrid([50, 7, 30, 9], keys={50: 0, 30: 1, 7: 2, 9: 3}, slow={7: 1, 9: 2})
-    with caplog.at_level("INFO"):
+    wait = s.nodes.wait_seconds
+    grid = FakeGrid([50, 7, 30, 9], keys={50: 0, 30: 1, 7: 2, 9: 3}, slow={7: 1.5 * wait, 9: 2.9 * wait})
+    with caplog.at_level("WARNING"):
         assert s.nodes.order(grid, grid.get_node_ids()) == [50, 30, 7, 9]
-    assert grid.identify_queries == 4 + 2 + 1  # all, then the two silent ones, then the one still silent
-    assert "2 node(s) did not answer query.identify" in caplog.text and "no stable identity" not in caplog.text
-    grid = FakeGrid([50, 7], keys={50: 0, 7: 1}, slow={7: 5})
+    assert grid.identify_queries == 4 and grid.timeouts == [3 * wait]  # one message per node, one wait
+    assert "no stable identity" not in caplog.text
+    grid = FakeGrid([50, 7], keys={50: 0, 7: 1}, slow={7: 3.5 * wait})
     with caplog.at_level("WARNING"):
         assert strategy(clients_per_round=2).nodes.order(grid, grid.get_node_ids()) == [50, 7]
-    assert grid.identify_queries == 2 + 1 + 1  # three attempts for node 7, then it is keyless
+    assert grid.identify_queries == 2  # node 7 answers after the wait: keyless, ordered by node id
     assert "1 of them did not answer at all" in caplog.text
+
+
+def test_identify_nodes_refuses_no_patience_and_asks_no_one_for_no_nodes():
+    from bouquet.node_identity import identify_nodes
+
+    grid = FakeGrid([1], keys={1: 0})
+    with pytest.raises(ValueError, match="patience"):
+        identify_nodes(grid, [1], 30.0, patience=0)
+    assert identify_nodes(grid, [], 30.0) == {} and grid.timeouts == []
 
 
 def test_aggregation_follows_partition_order_not_node_ids():

@@ -67,8 +67,8 @@ class SamplingParams:
         Round ``t`` trains the nodes drawn by ``default_rng([seed, t])`` and evaluates those drawn by
         ``default_rng([seed, t, 1])``.
     node_wait_seconds : float, default 30
-        How long to wait for enough nodes to connect, and for the identity replies of new nodes,
-        before going on with those there (Flower's sampler waits forever).
+        How long to wait for enough nodes to connect, and (3 times this) for the identity replies of
+        new nodes, before going on with those there (Flower's sampler waits forever).
     """
 
     clients_per_round: int | None = None
