@@ -45,6 +45,7 @@ NODE_MEMORY=${NODE_MEMORY:-}
 NODE_LAYOUT=${NODE_LAYOUT:-pair}
 RECONNECT=${RECONNECT:-0}
 ROUND_TIMEOUT=${ROUND_TIMEOUT:-900}
+CUT_TIMEOUT=${CUT_TIMEOUT:-90}
 mkdir -p "$WORK"
 started=$(date +%s)
 log() { echo "[docker-e2e $(( $(date +%s) - started ))s] $*"; }
@@ -54,6 +55,7 @@ case "$NODE_LAYOUT" in pair|single) ;; *) echo "NODE_LAYOUT must be pair or sing
 [[ "$NODES" =~ ^[1-9][0-9]*$ ]] || { echo "NODES must be a positive integer, got '$NODES'" >&2; exit 2; }
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a positive integer, got '$ROUNDS'" >&2; exit 2; }
 [[ "$ROUND_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || { echo "ROUND_TIMEOUT must be a positive integer (seconds), got '$ROUND_TIMEOUT'" >&2; exit 2; }
+[[ "$CUT_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || { echo "CUT_TIMEOUT must be a positive integer (seconds), got '$CUT_TIMEOUT'" >&2; exit 2; }
 case "$RECONNECT" in 0|1) ;; *) echo "RECONNECT must be 0 or 1, got '$RECONNECT'" >&2; exit 2 ;; esac
 if [ "$RECONNECT" = 1 ] && [ "$NODES" -lt 2 ]; then echo "RECONNECT=1 needs NODES >= 2 (one household is cut off)" >&2; exit 2; fi
 HOST_ARCH=$(uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')
@@ -370,7 +372,6 @@ log "passed; images: $(tr '\n' ';' <"$WORK/images.txt")"
 # again (same container, so the same state.db with the registered node keys) in the middle of a run. Nothing
 # is restarted by hand but the SuperLink: the nodes must come back by themselves, and a run after each must
 # have every household.
-CUT_TIMEOUT=${CUT_TIMEOUT:-90}
 if [ "$NODE_LAYOUT" = single ]; then box_services=(node-0); else box_services=(supernode-0 clientapp-0); fi
 box=$($COMPOSE ps -q "${box_services[@]}")
 # wait_round LOG PID: until the run writing LOG has started round 1 (or has ended)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,25 @@ def test_household_environment_variables_reach_every_household_container(tmp_pat
     assert "--node-env OMP_NUM_THREADS=1" in out.read_text().splitlines()[0]
     with pytest.raises(SystemExit):
         main(["--nodes", "1", "--node-env", "OMP_NUM_THREADS", "--out", str(out)])
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("RECONNECT", "2", "RECONNECT must be 0 or 1"),
+    ("CUT_TIMEOUT", "soon", "CUT_TIMEOUT must be a positive integer"),
+    ("ROUND_TIMEOUT", "0", "ROUND_TIMEOUT must be a positive integer"),
+    ("NODE_LAYOUT", "rack", "NODE_LAYOUT must be pair or single"),
+])
+def test_docker_e2e_refuses_bad_variables_before_touching_docker(variable, value, message):
+    env = {**os.environ, variable: value}
+    if variable == "RECONNECT":
+        env["NODES"] = "3"
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "docker_e2e.sh")], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2 and message in done.stderr, done.stdout + done.stderr
+
+
+def test_docker_e2e_reconnect_needs_a_second_household():
+    env = {**os.environ, "RECONNECT": "1", "NODES": "1"}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "docker_e2e.sh")], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "RECONNECT=1 needs NODES >= 2" in done.stderr
