@@ -68,12 +68,13 @@ def staged_app(app_dir: Path) -> Iterator[Path]:
     Flower builds the same FAB from it (same files, same hash; a test checks this repository's), and the
     run's working directory, hence where its results go, does not change.
     """
-    with tempfile.TemporaryDirectory(prefix="bouquet-app-") as stage:
+    with tempfile.TemporaryDirectory(prefix="bouquet-stage-") as folder:
+        stage = Path(folder) / "bouquet-app"  # a name `flwr build` accepts (a letter first, no underscore)
         for relative in app_files(app_dir):
-            target = Path(stage) / relative
+            target = stage / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(Path(app_dir) / relative, target)
-        yield Path(stage)
+        yield stage
 
 
 @dataclass
