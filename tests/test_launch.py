@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 OWNER = """
@@ -115,6 +117,7 @@ def test_app_files_skip_ignored_folders_symlinks_and_git_but_keep_the_rest(tmp_p
     assert app_files(tmp_path) == [".gitignore", "keep.log", "pkg/mod.py", "pkg/sub/data.toml", "pyproject.toml"]
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # importing flwr.cli: typer on click 8.3
 def test_the_staged_app_builds_the_same_fab_as_the_repository(tmp_path):
     """What `flwr run` gets from staged_app is this repository's FAB to the byte.
 
