@@ -10,4 +10,4 @@ def wait_for_checkpoint(folder, k, runner, timeout=600, detail=lambda: ""):
     deadline = time.monotonic() + timeout
     while not target.exists():
         assert time.monotonic() < deadline and runner.is_alive(), f"no checkpoint of round {k}{detail()}"
-        time.sleep(0.2)
+        time.sleep(0.05)
