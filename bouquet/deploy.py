@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bouquet.launch import staged_app
 from bouquet.processes import descendants, flower_bin, flwr, free_port, offline_env, start, stop, wait_until
 
 __all__ = ["Deployment", "deployment", "make_certificates", "make_node_key", "split_households", "start_supernode",
@@ -161,10 +162,11 @@ class Deployment:
 
     def run(self, app_dir: Path, run_config: str = "", timeout: float | None = 900,
             capture: bool = True) -> subprocess.CompletedProcess:
-        args = ["run", str(app_dir), self.connection, "--stream"]
-        if run_config:
-            args += ["--run-config", run_config]
-        return self.flwr(*args, timeout=timeout, capture=capture)
+        with staged_app(app_dir) as staged:  # the app's files only: see bouquet.launch.app_files
+            args = ["run", str(staged), self.connection, "--stream"]
+            if run_config:
+                args += ["--run-config", run_config]
+            return self.flwr(*args, timeout=timeout, capture=capture)
 
 
 def start_supernode(deploy: Deployment, partition_id: int, data_path: Path | None = None,

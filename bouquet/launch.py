@@ -54,7 +54,7 @@ def app_files(app_dir: Path) -> list[str]:
         subfolders[:] = sorted(d for d in subfolders if d not in _NEVER_APP
                                and not (Path(folder) / d).is_symlink()
                                and not spec.match_file((relative / d).as_posix() + "/"))
-        for name in sorted(names):
+        for name in names:
             path = (relative / name).as_posix()
             if not (Path(folder) / name).is_symlink() and not spec.match_file(path):
                 kept.append(path)
