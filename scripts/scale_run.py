@@ -33,6 +33,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from bouquet.processes import command_line, descendants
+
 ROOT = Path(__file__).resolve().parents[1]
 FILTERS_OFF = "min-history-days=0 active-factor=0"
 ARMS = {
@@ -57,40 +59,19 @@ def group_of(command: str) -> str:
     return "launcher"
 
 
-def process_table() -> dict[int, tuple[int, str, int, int]]:
-    """pid -> (parent pid, command line, VmRSS bytes, VmHWM bytes) of every readable process."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                command = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            rss = hwm = 0
-            with open(f"/proc/{entry}/status") as handle:
-                for line in handle:
-                    if line.startswith("VmRSS:"):
-                        rss = int(line.split()[1]) * 1024
-                    elif line.startswith("VmHWM:"):
-                        hwm = int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile, or a kernel thread
-        table[int(entry)] = (parent, command, rss, hwm)
-    return table
-
-
-def descendants(table: dict[int, tuple[int, str, int, int]], root: int) -> list[int]:
-    children = defaultdict(list)
-    for pid, (parent, *_rest) in table.items():
-        children[parent].append(pid)
-    found, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(children[pid])
-    return [pid for pid in found if pid in table]
+def memory_of(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of ``pid`` in bytes; (0, 0) if it is gone or unreadable."""
+    rss = hwm = 0
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss, hwm
 
 
 class MemorySampler(threading.Thread):
@@ -107,10 +88,11 @@ class MemorySampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.is_set():
-            table = process_table()
             sums: dict[str, int] = defaultdict(int)
-            for pid in descendants(table, self.root):
-                _parent, command, rss, hwm = table[pid]
+            for pid in [self.root, *descendants(self.root)]:
+                command, (rss, hwm) = command_line(pid).strip(), memory_of(pid)
+                if not command:
+                    continue  # gone meanwhile
                 group = group_of(command)
                 self.seen[group].add(pid)
                 self.peak_single[group] = max(self.peak_single[group], hwm)

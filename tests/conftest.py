@@ -95,12 +95,10 @@ class RayNode:
 
 def raylet_of(ray_start_pid: int) -> int | None:
     """The PID of the raylet that the ``ray start`` process ``ray_start_pid`` runs, if it runs one yet."""
-    listing = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=True).stdout
-    for line in listing.splitlines()[1:]:
-        pid, ppid, args = line.split(None, 2)
-        if int(ppid) == ray_start_pid and args.split()[0].endswith("/raylet"):
-            return int(pid)
-    return None
+    from bouquet.processes import command_line, descendants
+
+    raylets = [pid for pid in descendants(ray_start_pid) if command_line(pid).split(" ")[0].endswith("/raylet")]
+    return raylets[0] if raylets else None
 
 
 def stop_group(process: subprocess.Popen) -> None:

@@ -18,10 +18,10 @@ def test_processes_are_grouped_by_their_command_line():
     assert scale.group_of("/venv/bin/python -m bouquet.launch . --run-config x") == "launcher"
 
 
-def test_descendants_follow_parent_links_and_skip_the_rest():
-    table = {1: (0, "init", 0, 0), 10: (1, "a", 0, 0), 11: (10, "b", 0, 0), 12: (11, "c", 0, 0), 20: (1, "d", 0, 0)}
-    assert sorted(scale.descendants(table, 10)) == [10, 11, 12]
-    assert scale.descendants(table, 99) == []
+def test_memory_of_a_gone_process_is_zero():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    assert scale.memory_of(process.pid) == (0, 0)
 
 
 def test_the_sampler_sees_a_child_that_holds_memory_and_its_peak():
