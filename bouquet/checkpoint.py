@@ -345,7 +345,7 @@ def missing_keys(state: Any, keys: Mapping[int, Any]) -> set[str]:
 #: Run-config keys that may differ between an interrupted run and its resumption (where results go, how
 #: long to wait, how often to checkpoint); ``num-server-rounds`` may with ``resume-allow-rounds``.
 RESUME_FREE_KEYS = ("resume-from", "resume-allow-rounds", "checkpoint-every", "checkpoint-keep", "results-dir",
-                    "run-name", "round-timeout", "node-wait-seconds")
+                    "run-name", "round-timeout", "node-wait-seconds", "max-in-flight")
 
 
 def check_resumable(checkpoint: Checkpoint, run_config: Mapping[str, Any], version: str,

@@ -39,6 +39,7 @@ from bouquet.algorithms.selection import (
 from bouquet.checkpoint import CheckpointParams
 from bouquet.data.images import VisionDataConfig
 from bouquet.data.water import WaterDataConfig
+from bouquet.grid import GridParams
 from bouquet.params import ParamError
 from bouquet.strategies.params import (
     ROBUST_RULES,
@@ -191,6 +192,8 @@ def _kebab(name: str) -> str:
 
 _SECTIONS = (
     _Section("run", RunParams),
+    _Section("grid", GridParams, rename={"max_in_flight": "max-in-flight"},
+             skip=("poll", "max_poll", "backoff", "retries")),
     _Section("sampling", SamplingParams,
              skip=("fraction_train", "min_train_nodes", "min_evaluate_nodes", "min_available_nodes")),
     _Section("selection", SelectionParams, rename={"mode": "selection-mode"}),
@@ -324,7 +327,7 @@ class AppConfig:
     """Every run-config key of the bouquet app, as the components' params sections.
 
     Build it with :meth:`from_run_config` (kebab-case keys, as in ``[tool.flwr.app.config]``);
-    ``AppConfig()`` is the default run.  Sections: ``run`` (:class:`RunParams`), ``sampling``,
+    ``AppConfig()`` is the default run.  Sections: ``run`` (:class:`RunParams`), ``grid`` (:class:`bouquet.grid.GridParams`), ``sampling``,
     ``selection``, ``coalitions``, ``proximal`` (:mod:`bouquet.strategies.params`), ``hk``
     (:class:`bouquet.algorithms.hk.HKParams`, ``None`` unless the strategy is HK), ``fixed_k``,
     ``perfedavg``, ``water_data``, ``water_model``, ``water_train``, ``vision_data``, ``vision_model``,
@@ -333,6 +336,7 @@ class AppConfig:
     """
 
     run: RunParams = field(default_factory=RunParams)
+    grid: GridParams = field(default_factory=GridParams)
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(clients_per_round=APP_CLIENTS_PER_ROUND))
     selection: SelectionParams = field(default_factory=SelectionParams)
     hk: HKParams | None = field(default_factory=HKParams)

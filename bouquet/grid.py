@@ -12,6 +12,15 @@ Quick phases stay quick; a long wait on slow nodes costs the SuperLink a pull ev
 SQLite state was already contended ("database is locked", HTTP 500), and one such error ended the
 ServerApp. A pull that fails is now logged and tried again at the next interval, up to ``retries``
 failures in a row, after which the error is raised.
+
+``max-in-flight`` (run config; default 0: no limit, Flower's behaviour) keeps at most that many of a
+phase's messages pushed and not yet answered: the first ``max_in_flight`` are pushed, and each reply
+pulled lets one more be pushed.  It is for big simulations: Flower's simulation engine
+(``vce_api.add_messages_to_queue``) walks, every 0.1 s and for each node, every stored message, so a phase
+that pushes all 1,099 evaluations of a 1,099-node federation at once costs nodes x messages per sweep
+(``docs/PERFORMANCE.md``).  The same replies come back (replies are ordered by node before use, so their
+arrival order does not matter); a message still unsent at the timeout is never sent, and is lost like an
+unanswered one.  In a deployment a window only delays nodes, which fetch their messages themselves.
 """
 
 from __future__ import annotations
@@ -19,12 +28,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from flwr.app import Message
-from flwr.serverapp import Grid
+from bouquet.params import require
 
-__all__ = ["DEFAULT_POLL_SECONDS", "MAX_POLL_SECONDS", "PollingGrid"]
+if TYPE_CHECKING:  # importing this module (its GridParams, for bouquet.config) loads no flwr
+    from flwr.app import Message
+    from flwr.serverapp import Grid
+
+__all__ = ["DEFAULT_POLL_SECONDS", "MAX_POLL_SECONDS", "GridParams", "PollingGrid"]
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +47,12 @@ DEFAULT_POLL_SECONDS = 0.1
 MAX_POLL_SECONDS = 2.0
 
 
-class PollingGrid:
-    """``grid`` with a ``send_and_receive`` that pulls replies after ``poll`` seconds, backing off to ``max_poll``.
+@dataclass(frozen=True)
+class GridParams:
+    """How :class:`PollingGrid` exchanges a phase's messages (run-config key ``max-in-flight``).
 
     Parameters
     ----------
-    grid : Grid
-        The Grid the ServerApp was given; every other attribute is read from it.
     poll : float, default 0.1
         Seconds to the next pull after a pull that brought a reply (the first pull follows the push at once).
     max_poll : float, default 2.0
@@ -49,23 +61,44 @@ class PollingGrid:
         Growth of the wait after an empty pull (1 keeps it at ``poll``).
     retries : int, default 10
         Failed pulls in a row that are logged and tried again before the error is raised.
+    max_in_flight : int, default 0
+        At most this many messages pushed and not yet answered (0: push them all at once, as Flower does).
+    """
+
+    poll: float = DEFAULT_POLL_SECONDS
+    max_poll: float = MAX_POLL_SECONDS
+    backoff: float = 1.5
+    retries: int = 10
+    max_in_flight: int = 0
+
+    def __post_init__(self) -> None:
+        require(self.poll > 0, "poll", f"poll must be > 0 seconds, got {self.poll}")
+        require(self.max_poll >= self.poll, "max_poll", f"max_poll must be >= poll ({self.poll}), got {self.max_poll}")
+        require(self.backoff >= 1, "backoff", f"backoff must be >= 1, got {self.backoff}")
+        require(self.retries >= 0, "retries", f"retries must be >= 0, got {self.retries}")
+        require(self.max_in_flight >= 0, "max_in_flight",
+                f"max-in-flight must be >= 0 (0: no limit), got {self.max_in_flight}")
+
+
+class PollingGrid:
+    """``grid`` with a ``send_and_receive`` that pulls replies after ``poll`` seconds, backing off to ``max_poll``.
+
+    Parameters
+    ----------
+    grid : Grid
+        The Grid the ServerApp was given; every other attribute is read from it.
+    params : GridParams, default GridParams()
+        The pull intervals, the retries and the window (``max_in_flight``).
     clock, sleep : callables, default ``time.monotonic``, ``time.sleep``
         For tests.
     """
 
-    def __init__(self, grid: Grid, poll: float = DEFAULT_POLL_SECONDS, max_poll: float = MAX_POLL_SECONDS,
-                 backoff: float = 1.5, retries: int = 10, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, grid: Grid, params: GridParams = GridParams(), clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        if poll <= 0:
-            raise ValueError(f"poll must be > 0 seconds, got {poll}")
-        if max_poll < poll:
-            raise ValueError(f"max_poll must be >= poll ({poll}), got {max_poll}")
-        if backoff < 1:
-            raise ValueError(f"backoff must be >= 1, got {backoff}")
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
+        if not isinstance(params, GridParams):
+            raise TypeError(f"params must be a GridParams, got {type(params).__name__}")
         self._grid = grid
-        self.poll, self.max_poll, self.backoff, self.retries = poll, max_poll, backoff, retries
+        self.params = params
         self._clock = clock
         self._sleep = sleep
 
@@ -73,33 +106,54 @@ class PollingGrid:
         return getattr(self._grid, name)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
-        """Push ``messages``, then pull their replies until all are in or ``timeout`` seconds have passed.
+        """Push ``messages`` (at most ``max_in_flight`` unanswered at a time), then pull their replies until all
+        are in or ``timeout`` seconds have passed.
 
-        Same contract as ``Grid.send_and_receive``: replies that arrive later are not returned.
+        Same contract as ``Grid.send_and_receive``: replies that arrive later are not returned, and neither
+        are replies to messages the window had not sent by then.
         """
-        waiting = set(self._grid.push_messages(messages))
+        params = self.params
+        queue = list(messages)
+        window = params.max_in_flight or len(queue)
         deadline = None if timeout is None else self._clock() + timeout
+        waiting: set[str] = set()
         replies: list[Message] = []
-        interval, failures = self.poll, 0
+        sent = 0
+
+        def push() -> None:
+            nonlocal sent
+            batch = queue[sent:sent + window - len(waiting)]
+            if batch:
+                sent += len(batch)
+                waiting.update(self._grid.push_messages(batch))
+
+        push()
+        interval, failures = params.poll, 0
         while waiting:
             try:
                 pulled = list(self._grid.pull_messages(waiting))
                 failures = 0
             except Exception as error:  # the SuperLink's answer to a pull can be a transient server error
                 failures += 1
-                if failures > self.retries:
+                if failures > params.retries:
                     raise
                 log.warning("pulling %d replies failed (%s: %s); trying again (%d of %d failures in a row)",
                             len(waiting), type(error).__name__, (str(error).splitlines() or [""])[0],
-                            failures, self.retries)
+                            failures, params.retries)
                 pulled = []
             replies.extend(pulled)
             waiting.difference_update(m.metadata.reply_to_message_id for m in pulled)
+            left = None if deadline is None else deadline - self._clock()
+            if left is None or left > 0:
+                push()
             if not waiting:
                 break
-            left = None if deadline is None else deadline - self._clock()
             if left is not None and left <= 0:
                 break
-            interval = self.poll if pulled else min(interval * self.backoff, self.max_poll)
+            interval = params.poll if pulled else min(interval * params.backoff, params.max_poll)
             self._sleep(interval if left is None else min(interval, left))
+        if sent < len(queue):
+            log.warning("%d of %d messages were not sent: the timeout (%.0f s) came first with %d in flight "
+                        "(max-in-flight = %d)", len(queue) - sent, len(queue), timeout, len(waiting),
+                        params.max_in_flight)
         return replies

@@ -286,8 +286,8 @@ def _cluster_models(config: AppConfig, new_model: Callable[[], torch.nn.Module])
 def main(grid: Grid, context: Context) -> None:
     """Run ``num-server-rounds`` rounds and write the run folder."""
     started = time.time()
-    grid = PollingGrid(grid)  # a deployment's gRPC Grid would wait 3 s between pulls for replies
     config = AppConfig.from_run_config(context.run_config)
+    grid = PollingGrid(grid, config.grid)  # a deployment's gRPC Grid would wait 3 s between pulls for replies
     run = config.run
     if config.checkpoint.resume_from:
         recorder, checkpoint = _reopen(config)

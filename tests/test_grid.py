@@ -1,9 +1,10 @@
-"""PollingGrid: the exchange through push / pull with a short interval, and the timeout."""
+"""PollingGrid: the exchange through push / pull with a short interval, the timeout, and the window."""
 
 import pytest
 from flwr.app import ConfigRecord, RecordDict
 
-from bouquet.grid import PollingGrid
+from bouquet.config import AppConfig, ConfigError
+from bouquet.grid import GridParams, PollingGrid
 from tests.flower_fakes import make_message, reply_to
 
 
@@ -56,7 +57,7 @@ def _messages(nodes):
 
 def test_replies_are_pulled_every_poll_until_all_are_in():
     inner, clock = PullGrid({1: 1, 2: 3, 3: 2}), FakeClock()
-    grid = PollingGrid(inner, poll=0.1, clock=clock, sleep=clock.sleep)
+    grid = PollingGrid(inner, GridParams(poll=0.1), clock=clock, sleep=clock.sleep)
     replies = grid.send_and_receive(_messages([1, 2, 3]), timeout=10)
     assert sorted(r.metadata.src_node_id for r in replies) == [1, 2, 3]
     assert inner.pulls == 3 and clock.sleeps == [0.1, 0.1]  # Flower's gRPC Grid would have slept 3 s twice
@@ -65,19 +66,22 @@ def test_replies_are_pulled_every_poll_until_all_are_in():
 
 def test_a_silent_node_costs_the_timeout_and_no_more():
     inner, clock = PullGrid({1: 1, 2: None}), FakeClock()
-    grid = PollingGrid(inner, poll=0.4, clock=clock, sleep=clock.sleep)
+    grid = PollingGrid(inner, GridParams(poll=0.4), clock=clock, sleep=clock.sleep)
     replies = grid.send_and_receive(_messages([1, 2]), timeout=1.0)
     assert [r.metadata.src_node_id for r in replies] == [1]
     assert clock.sleeps == pytest.approx([0.4, 0.6]) and clock.now == pytest.approx(1.0)  # empty pull: x1.5
     for bad, match in [({"poll": 0}, "poll"), ({"poll": 1, "max_poll": 0.5}, "max_poll"),
-                       ({"backoff": 0.9}, "backoff"), ({"retries": -1}, "retries")]:
+                       ({"backoff": 0.9}, "backoff"), ({"retries": -1}, "retries"),
+                       ({"max_in_flight": -1}, "max-in-flight")]:
         with pytest.raises(ValueError, match=match):
-            PollingGrid(inner, **bad)
+            GridParams(**bad)
+    with pytest.raises(TypeError, match="GridParams"):
+        PollingGrid(inner, {"poll": 0.1})
 
 
 def test_empty_pulls_back_off_to_the_cap_and_a_reply_resets_the_wait():
     inner, clock = PullGrid({1: 2, 2: 12}), FakeClock()
-    grid = PollingGrid(inner, poll=0.1, max_poll=0.5, backoff=2.0, clock=clock, sleep=clock.sleep)
+    grid = PollingGrid(inner, GridParams(poll=0.1, max_poll=0.5, backoff=2.0), clock=clock, sleep=clock.sleep)
     replies = grid.send_and_receive(_messages([1, 2]), timeout=60)
     assert sorted(r.metadata.src_node_id for r in replies) == [1, 2] and inner.pulls == 12
     # pull 1 empty -> 0.2; pull 2 brings node 1 -> 0.1; then empty pulls: 0.2, 0.4, 0.5 (the cap), 0.5, ...
@@ -100,11 +104,77 @@ class FlakyGrid(PullGrid):
 
 def test_failed_pulls_are_retried_and_raised_after_too_many_in_a_row(caplog):
     clock = FakeClock()
-    grid = PollingGrid(FlakyGrid({1: 1}, failures=3), retries=3, clock=clock, sleep=clock.sleep)
+    grid = PollingGrid(FlakyGrid({1: 1}, failures=3), GridParams(retries=3), clock=clock, sleep=clock.sleep)
     with caplog.at_level("WARNING", logger="bouquet.grid"):
         replies = grid.send_and_receive(_messages([1]), timeout=60)
     assert [r.metadata.src_node_id for r in replies] == [1]
     assert "pulling 1 replies failed (RuntimeError: Server error '500" in caplog.text and "3 of 3" in caplog.text
-    grid = PollingGrid(FlakyGrid({1: 1}, failures=4), retries=3, clock=clock, sleep=clock.sleep)
+    grid = PollingGrid(FlakyGrid({1: 1}, failures=4), GridParams(retries=3), clock=clock, sleep=clock.sleep)
     with pytest.raises(RuntimeError, match="500"):
         grid.send_and_receive(_messages([1]), timeout=60)
+
+
+class WindowGrid:
+    """Replies to a message ``delays[node]`` pulls after it was pushed (None: never); records what was pushed."""
+
+    def __init__(self, delays):
+        self.delays = delays
+        self.pending = {}  # message id -> (message, pull count at its push)
+        self.pulls = 0
+        self.batches = []
+        self.most_pending = 0
+
+    def push_messages(self, messages):
+        self.batches.append([m.metadata.dst_node_id for m in messages])
+        for msg in messages:
+            self.pending[msg.metadata.message_id] = (msg, self.pulls)
+        self.most_pending = max(self.most_pending, len(self.pending))
+        return [m.metadata.message_id for m in messages]
+
+    def pull_messages(self, message_ids):
+        self.pulls += 1
+        out = []
+        for mid in list(message_ids):
+            msg, pushed_at = self.pending[mid]
+            delay = self.delays[msg.metadata.dst_node_id]
+            if delay is not None and self.pulls - pushed_at >= delay:
+                out.append(reply_to(msg, RecordDict({"ok": ConfigRecord({"node": msg.metadata.dst_node_id})})))
+                del self.pending[mid]
+        return out
+
+
+def test_a_window_keeps_at_most_max_in_flight_unanswered_and_returns_the_same_replies():
+    delays = {1: 1, 2: 3, 3: 1, 4: 2, 5: 1}
+    everything = WindowGrid(delays)
+    clock = FakeClock()
+    everything_replies = PollingGrid(everything, GridParams(), clock=clock, sleep=clock.sleep).send_and_receive(
+        _messages([1, 2, 3, 4, 5]), timeout=60)
+    assert everything.batches == [[1, 2, 3, 4, 5]] and everything.most_pending == 5  # max-in-flight = 0: Flower's way
+    windowed, clock = WindowGrid(delays), FakeClock()
+    replies = PollingGrid(windowed, GridParams(max_in_flight=2), clock=clock, sleep=clock.sleep).send_and_receive(
+        _messages([1, 2, 3, 4, 5]), timeout=60)
+    assert windowed.most_pending == 2
+    # pull 1: node 1 answers -> 3 is pushed; pull 2: 3 -> 4; pull 3: 2 (its 3rd pull) -> 5; pull 4: 4 and 5
+    assert windowed.batches == [[1, 2], [3], [4], [5]] and windowed.pulls == 4
+    assert sorted(r.metadata.src_node_id for r in replies) == sorted(r.metadata.src_node_id for r in everything_replies)
+    assert [r.metadata.src_node_id for r in replies] == [1, 3, 2, 4, 5]  # arrival order differs: users sort
+
+
+def test_messages_the_window_had_not_sent_by_the_timeout_are_lost_and_logged(caplog):
+    inner, clock = WindowGrid({1: 1, 2: None, 3: 1}), FakeClock()
+    grid = PollingGrid(inner, GridParams(poll=0.5, max_in_flight=1), clock=clock, sleep=clock.sleep)
+    with caplog.at_level("WARNING", logger="bouquet.grid"):
+        replies = grid.send_and_receive(_messages([1, 2, 3]), timeout=2.0)
+    assert [r.metadata.src_node_id for r in replies] == [1] and inner.batches == [[1], [2]]
+    assert clock.now == pytest.approx(2.0)
+    assert "1 of 3 messages were not sent" in caplog.text and "max-in-flight = 1" in caplog.text
+
+
+def test_max_in_flight_is_a_run_config_key_that_resumes_freely():
+    from bouquet.checkpoint import RESUME_FREE_KEYS
+
+    assert AppConfig().grid == GridParams()
+    assert AppConfig.from_run_config({"max-in-flight": 64}).grid.max_in_flight == 64
+    with pytest.raises(ConfigError, match="max-in-flight"):
+        AppConfig.from_run_config({"max-in-flight": -3})
+    assert "max-in-flight" in RESUME_FREE_KEYS  # it changes when messages are sent, not what comes back
