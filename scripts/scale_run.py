@@ -7,9 +7,15 @@ Arms (synthetic households, every filter off, so the pool is all 1,099 of them, 
 
 * ``pool-1099``: the default job's method (HK cosine 0.75) for 20 rounds x 100 clients, every node
   evaluated every round;
+* ``pool-1099-window``: the same with ``max-in-flight=100`` (at most 100 messages unanswered, so the
+  1,099 evaluations of a round go out as replies come back; ``bouquet.grid``);
 * ``hk-s1000``: HK cosine 0.75 aggregating S = 1,000 clients a round (3 rounds);
 * ``sckm-cluster-s1000``: SCKM-Cluster scoring 1,000 candidates' sketches a round and choosing 100
   (3 rounds).
+
+``--rounds N`` runs every arm for N rounds instead (into ``<out>/<arm>-r<N>``), and when both pool arms
+ran, the last line printed is ``window wall ratio: X`` (windowed wall / unwindowed wall) with both
+final MAEs, which must be equal (same seed, same numbers).
 
 Each arm is one ``python -m bouquet.launch`` (a private SuperLink and Ray on this machine).  While it runs,
 every process below it is read from ``/proc`` once a second: its resident memory now (VmRSS) and its own
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FILTERS_OFF = "min-history-days=0 active-factor=0"
 ARMS = {
     "pool-1099": f'{FILTERS_OFF} num-server-rounds=20 clients-per-round=100',
+    "pool-1099-window": f'{FILTERS_OFF} num-server-rounds=20 clients-per-round=100 max-in-flight=100',
     "hk-s1000": f'{FILTERS_OFF} num-server-rounds=3 clients-per-round=1000',
     "sckm-cluster-s1000": (f'{FILTERS_OFF} num-server-rounds=3 clients-per-round=100 selection="sckm-cluster" '
                            'candidates-per-round=1000'),
@@ -108,10 +116,16 @@ class MemorySampler(threading.Thread):
                         "summed_peak_mib": self.peak_sum[group] / mib} for group in GROUPS if self.seen[group]}
 
 
-def run_arm(arm: str, out: Path, ray_address: str | None) -> dict:
-    folder = out / arm
+def arm_config(arm: str, rounds: int | None) -> str:
+    """The arm's run config, with ``num-server-rounds`` replaced when ``rounds`` is given."""
+    return ARMS[arm] if rounds is None else re.sub(r"num-server-rounds=\d+", f"num-server-rounds={rounds}", ARMS[arm])
+
+
+def run_arm(arm: str, out: Path, ray_address: str | None, rounds: int | None = None) -> dict:
+    folder = out / arm_folder(arm, rounds)
     folder.mkdir(parents=True, exist_ok=True)
-    run_config = f'{ARMS[arm]} results-dir="{folder}" run-name="{arm}"'
+    config = arm_config(arm, rounds)
+    run_config = f'{config} results-dir="{folder}" run-name="{arm}"'
     command = [sys.executable, "-m", "bouquet.launch", str(ROOT), "--run-config", run_config]
     if ray_address:
         command += ["--ray-address", ray_address]
@@ -144,12 +158,16 @@ def run_arm(arm: str, out: Path, ray_address: str | None) -> dict:
         raise SystemExit(f"[{arm}] failed (exit code {process.returncode}); see {log_path}")
     summary = json.loads(summary_path.read_text())
     rounds = [json.loads(line) for line in (folder / arm / "rounds.jsonl").read_text().splitlines() if line]
-    result = {"arm": arm, "run_config": ARMS[arm], "wall_s": wall, "memory": sampler.report(),
+    result = {"arm": arm_folder(arm, rounds), "run_config": config, "wall_s": wall, "memory": sampler.report(),
               "peak_total_mib": sampler.peak_total / 2 ** 20, "mae_litres": summary.get("mae-litres-mean"),
               "clients_evaluated": summary.get("clients-evaluated"), "rounds": summary.get("rounds"),
               "train_phases": sum(1 for r in rounds if r.get("phase") == "train")}
     (folder / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def arm_folder(arm: str, rounds: int | None) -> str:
+    return arm if rounds is None else f"{arm}-r{rounds}"
 
 
 def table(results: list[dict]) -> str:
@@ -171,7 +189,10 @@ def main() -> None:
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of: {', '.join(ARMS)}")
     parser.add_argument("--out", default="results/scale")
     parser.add_argument("--ray-address", default=None, help="run on this existing Ray cluster (head:port)")
+    parser.add_argument("--rounds", type=int, default=None, help="run every arm for this many rounds instead")
     args = parser.parse_args()
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
@@ -179,17 +200,23 @@ def main() -> None:
     out = Path(args.out).resolve()
     results = []
     for arm in arms:
-        done = out / arm / "scale.json"
+        done = out / arm_folder(arm, args.rounds) / "scale.json"
         if done.exists():
             print(f"[{arm}] already done: {done}", flush=True)
             results.append(json.loads(done.read_text()))
             continue
-        results.append(run_arm(arm, out, args.ray_address))
+        results.append(run_arm(arm, out, args.ray_address, args.rounds))
         print(f"[{arm}] wall {results[-1]['wall_s']:.0f} s, peak RSS of the whole tree "
               f"{results[-1]['peak_total_mib']:.0f} MiB", flush=True)
     text = table(results)
     (out / "scale.md").write_text(text + "\n")
     print(text)
+    by_arm = {r["arm"]: r for r in results}
+    plain, windowed = (by_arm.get(arm_folder(a, args.rounds)) for a in ("pool-1099", "pool-1099-window"))
+    if plain and windowed:
+        same = "equal" if plain["mae_litres"] == windowed["mae_litres"] else "DIFFERENT"
+        print(f"final MAE {plain['mae_litres']!r} without the window, {windowed['mae_litres']!r} with it ({same})")
+        print(f"window wall ratio: {windowed['wall_s'] / plain['wall_s']:.3f}")
 
 
 if __name__ == "__main__":

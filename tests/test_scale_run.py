@@ -43,3 +43,14 @@ def test_unknown_arms_are_refused_by_name(capsys):
     done = subprocess.run([sys.executable, str(scale.ROOT / "scripts" / "scale_run.py"), "--arms", "pool-9"],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "unknown arm(s) ['pool-9']" in done.stderr
+
+
+def test_rounds_replace_the_arm_rounds_and_the_window_arm_differs_only_by_its_window():
+    assert scale.arm_config("pool-1099", 3) == scale.ARMS["pool-1099"].replace("num-server-rounds=20",
+                                                                               "num-server-rounds=3")
+    assert scale.arm_config("hk-s1000", None) == scale.ARMS["hk-s1000"]
+    assert scale.ARMS["pool-1099-window"] == scale.ARMS["pool-1099"] + " max-in-flight=100"
+    assert scale.arm_folder("pool-1099", 3) == "pool-1099-r3" and scale.arm_folder("pool-1099", None) == "pool-1099"
+    done = subprocess.run([sys.executable, str(scale.ROOT / "scripts" / "scale_run.py"), "--rounds", "0"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "--rounds must be >= 1" in done.stderr
