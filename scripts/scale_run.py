@@ -157,11 +157,11 @@ def run_arm(arm: str, out: Path, ray_address: str | None, rounds: int | None = N
     if process.returncode != 0 or not summary_path.exists():
         raise SystemExit(f"[{arm}] failed (exit code {process.returncode}); see {log_path}")
     summary = json.loads(summary_path.read_text())
-    rounds = [json.loads(line) for line in (folder / arm / "rounds.jsonl").read_text().splitlines() if line]
+    records = [json.loads(line) for line in (folder / arm / "rounds.jsonl").read_text().splitlines() if line]
     result = {"arm": arm_folder(arm, rounds), "run_config": config, "wall_s": wall, "memory": sampler.report(),
               "peak_total_mib": sampler.peak_total / 2 ** 20, "mae_litres": summary.get("mae-litres-mean"),
               "clients_evaluated": summary.get("clients-evaluated"), "rounds": summary.get("rounds"),
-              "train_phases": sum(1 for r in rounds if r.get("phase") == "train")}
+              "train_phases": sum(1 for r in records if r.get("phase") == "train")}
     (folder / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
