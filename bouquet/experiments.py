@@ -9,8 +9,10 @@ hold a table per study (``[cluster]``) that applies to that study only
 (:func:`load_profile`); keys ending in ``-path`` are relative to the project
 root.  The HK and SCKM runners in ``scripts/`` layer the same way.  :func:`run_jobs` runs
 the jobs against one private SuperLink on 127.0.0.1, skips jobs whose folder
-already holds ``summary.json``, restarts interrupted ones, keeps every run's
-log and config next to its folder, and prints progress.  The HK and SCKM
+already holds ``summary.json``, resumes an interrupted one from its last
+checkpoint (``resume-from``; the same numbers as an uninterrupted run) or, when
+it has none that fits, starts it again, keeps every run's log and config next
+to its folder, and prints progress.  The HK and SCKM
 runners in ``scripts/`` are thin front ends.
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import shutil
 import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from bouquet.processes import check_ray_address
 from bouquet.results import RunFolder
 
 __all__ = ["Job", "layered_run_config", "load_layer", "load_profile", "naive_client_errors", "naive_client_forecasts",
-           "run_jobs", "toml_value"]
+           "resume_point", "run_jobs", "toml_value"]
 
 
 def load_layer(root: Path, kind: str, name: str) -> dict[str, Any]:
@@ -91,6 +93,22 @@ class Job:
     supernodes: int
 
 
+def resume_point(folder: Path, run_config: Mapping[str, Any]) -> tuple[int | None, str]:
+    """Whether the interrupted run in ``folder`` can go on with ``run_config``: ``(round, "")`` when its newest
+    readable checkpoint is after ``round`` and was written with the same config and bouquet version (the checks
+    the ServerApp makes on ``resume-from``), else ``(None, why)``."""
+    from bouquet import __version__
+    from bouquet.checkpoint import CheckpointError, check_resumable, latest_checkpoint
+    from bouquet.config import AppConfig, ConfigError
+
+    try:
+        checkpoint = latest_checkpoint(folder)
+        check_resumable(checkpoint, AppConfig.from_run_config(run_config).to_run_config(), __version__)
+    except (CheckpointError, ConfigError) as error:
+        return None, str(error)
+    return checkpoint.server_round, ""
+
+
 def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callable[[dict], str],
              ray_address: str | None = None) -> int:
     """Run the unfinished ``jobs`` in order; returns the number of failures.
@@ -114,19 +132,28 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
         return 0
     with local_superlink(workdir, env={"RAY_ADDRESS": ray_address} if ray_address else None) as link:
         for index, job in enumerate(todo, start=1):
-            if job.folder.exists():
-                shutil.rmtree(job.folder)  # an interrupted run: start it again
-            job.folder.parent.mkdir(parents=True, exist_ok=True)
             config = {**job.run_config, "results-dir": str(job.folder.parent), "run-name": job.folder.name}
+            note = ""
+            if job.folder.exists():  # an interrupted run: go on from its checkpoint, or start it again
+                after, why = resume_point(job.folder, config)
+                if after is None:
+                    shutil.rmtree(job.folder)
+                    note = f"(started again: {why.splitlines()[0][:200]}) "
+                else:
+                    config["resume-from"] = str(job.folder.resolve())
+                    note = f"(resumed after round {after}) "
+            job.folder.parent.mkdir(parents=True, exist_ok=True)
             config_file = job.folder.parent / f"{job.folder.name}.run-config.toml"
             config_file.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in config.items()))
             started = time.time()
-            print(f"[{index}/{len(todo)}] {job.label} ...", end=" ", flush=True)
+            print(f"[{index}/{len(todo)}] {job.label} {note}...", end=" ", flush=True)
             done = link.flwr_run(app_dir, run_config=str(config_file),
                                  federation_config=f"num-supernodes={job.supernodes} client-resources-num-cpus=1",
                                  timeout=None)
             log_file = job.folder.parent / f"{job.folder.name}.log"
-            log_file.write_text(done.stdout + done.stderr)
+            with open(log_file, "a" if "resume-from" in config else "w") as log:  # a resumed run keeps the first log
+                log.write((f"\n===== resumed: {note.strip()} =====\n" if "resume-from" in config else "")
+                          + done.stdout + done.stderr)
             run = RunFolder(job.folder)
             if done.returncode != 0 or not run.finished:
                 failures += 1

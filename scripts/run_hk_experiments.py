@@ -9,8 +9,10 @@ datasets ``experiments/hk/data/*.toml`` and forecasters ``experiments/hk/forecas
 each is a set of run-config keys, layered data < profile < forecaster < arm < seed.  Every run is a real ``flwr run`` of this
 app in simulation, against one private SuperLink on 127.0.0.1 (started and
 stopped here), with one SuperNode per household of the pool.  A run whose
-folder holds ``summary.json`` is skipped; an unfinished folder is removed and
-run again.  Figures and tables: ``scripts/hk_figures.py``.
+folder holds ``summary.json`` is skipped; an interrupted one goes on from its
+last checkpoint (``resume-from``: the same numbers as an uninterrupted run), or
+is removed and run again when no checkpoint fits (another config or bouquet
+version).  Figures and tables: ``scripts/hk_figures.py``.
 """
 
 from __future__ import annotations

@@ -255,3 +255,25 @@ def test_a_node_without_a_stable_key_does_not_stop_the_checkpoint(tmp_path, capl
     assert [p.name for p in list_checkpoints(tmp_path)] == ["round-0001.npz", "round-0002.npz"]
     assert "1 node(s) reported no stable identity" in caplog.text
     assert read_checkpoint(list_checkpoints(tmp_path)[-1]).meta["state"]["nodes"]["keys"]["105"] is None
+
+
+def test_the_experiment_runner_resumes_an_interrupted_run_only_when_its_checkpoint_fits(tmp_path):
+    from bouquet import __version__
+    from bouquet.config import AppConfig
+    from bouquet.experiments import resume_point
+
+    folder = tmp_path / "seed-0"
+    runner_config = {"seed": 0, "hk-tau": 0.75, "num-server-rounds": 5, "results-dir": str(tmp_path),
+                     "run-name": "seed-0"}
+    after, why = resume_point(folder, runner_config)
+    assert after is None and "no checkpoint" in why  # the runner then starts the run again
+    write_checkpoint(folder, 2, {"config": AppConfig.from_run_config(runner_config).to_run_config(),
+                                 "version": __version__, "files": {}}, MODELS)
+    write_checkpoint(folder, 3, {"config": AppConfig.from_run_config(runner_config).to_run_config(),
+                                 "version": __version__, "files": {}}, MODELS)
+    assert resume_point(folder, runner_config) == (3, "")
+    assert resume_point(folder, {**runner_config, "max-in-flight": 50, "round-timeout": 60.0}) == (3, "")
+    after, why = resume_point(folder, {**runner_config, "hk-tau": 0.5})  # the arm's file was edited meanwhile
+    assert after is None and "hk-tau" in why
+    after, why = resume_point(folder, {**runner_config, "hk-taau": 0.5})
+    assert after is None and "unknown run-config key 'hk-taau'" in why

@@ -1,4 +1,5 @@
-"""The HK experiment runner and figure script: a 2-arm x 2-round smoke run writes every figure and CSV."""
+"""The HK experiment runner and figure script: a 2-arm x 2-round smoke run writes every figure and CSV, and an
+interrupted run goes on from its checkpoint to the same numbers."""
 
 import json
 
@@ -21,6 +22,20 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray
         assert summary["strategy"] == ("fedavg" if arm == "fedavg" else "hk-cosine") and summary["rounds"] == 2
     assert runner.main(args) == 0  # resumable: nothing left to run
     assert "2 runs, 2 already done" in capsys.readouterr().out
+
+    # a run interrupted after round 1 (its summary and the round-2 checkpoint never written) goes on from there
+    run = base / "fedavg" / "seed-0"
+    finished = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").unlink()
+    (run / "checkpoints" / "round-0002.npz").unlink()
+    assert runner.main(args) == 0
+    out = capsys.readouterr().out
+    assert "2 runs, 1 already done" in out and "(resumed after round 1)" in out, out
+    resumed = json.loads((run / "summary.json").read_text())
+    assert resumed["resumed-after-round"] == 1
+    assert {k: v for k, v in resumed.items() if "wall" not in k and k != "resumed-after-round"} == \
+        {k: v for k, v in finished.items() if "wall" not in k}
+    assert "===== resumed: (resumed after round 1) =====" in (base / "fedavg" / "seed-0.log").read_text()
 
     figures.main([str(base), "--out", str(tmp_path / "fig")])
     names = ["mse_per_round", "accuracy_per_round", "final_mae", "coalitions_per_round", "forecasts", "trajectories"]
