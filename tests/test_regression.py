@@ -114,9 +114,12 @@ def test_short_water_runs_on_the_whole_pool(run_app, extra, reference):
     assert projection.shape == (3 + 1, 10, 2) and len(set(labels.tolist())) == 3
 
 
-def test_fedavg_with_seeded_evaluators(run_app):
+@pytest.mark.parametrize("window", ["", "max-in-flight=1"], ids=["all-at-once", "one-message-in-flight"])
+def test_fedavg_with_seeded_evaluators(run_app, window):
+    # max-in-flight=1 sends every phase's messages one at a time (bouquet.grid): the same numbers
     folder, _ = run_app('strategy="fedavg" num-server-rounds=2 clients-per-round=2 fraction-evaluate=0.5 '
-                        "local-epochs=1 seed=3 synthetic-households=200 active-factor=0.5", supernodes=6)
+                        f"local-epochs=1 seed=3 synthetic-households=200 active-factor=0.5 {window}", supernodes=6)
+    assert RunFolder(folder).config()["max-in-flight"] == (1 if window else 0)
     _check_water(folder, 92.65936742795424, 36.371756312666854, 0.03635619956699298,
                  train_loss=[0.014227252819281899, 0.005584177423726732],
                  evaluate_mse=[0.04586966809480504, 0.06626210254106926])
