@@ -153,7 +153,7 @@ class PollingGrid:
             interval = params.poll if pulled else min(interval * params.backoff, params.max_poll)
             self._sleep(interval if left is None else min(interval, left))
         if sent < len(queue):
-            log.warning("%d of %d messages were not sent: the timeout (%.0f s) came first with %d in flight "
+            log.warning("%d of %d messages were not sent: the timeout (%s s) came first with %d in flight "
                         "(max-in-flight = %d)", len(queue) - sent, len(queue), timeout, len(waiting),
                         params.max_in_flight)
         return replies
