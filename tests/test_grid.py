@@ -157,7 +157,8 @@ def test_a_window_keeps_at_most_max_in_flight_unanswered_and_returns_the_same_re
     # pull 1: node 1 answers -> 3 is pushed; pull 2: 3 -> 4; pull 3: 2 (its 3rd pull) -> 5; pull 4: 4 and 5
     assert windowed.batches == [[1, 2], [3], [4], [5]] and windowed.pulls == 4
     assert sorted(r.metadata.src_node_id for r in replies) == sorted(r.metadata.src_node_id for r in everything_replies)
-    assert [r.metadata.src_node_id for r in replies] == [1, 3, 2, 4, 5]  # arrival order differs: users sort
+    arrived = [r.metadata.src_node_id for r in replies]  # arrival order differs from the push order: users sort
+    assert arrived[:3] == [1, 3, 2] and set(arrived[3:]) == {4, 5}  # (4 and 5 come in one pull, in set order)
 
 
 def test_messages_the_window_had_not_sent_by_the_timeout_are_lost_and_logged(caplog):
