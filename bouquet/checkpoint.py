@@ -34,7 +34,7 @@ import numpy as np
 from bouquet.params import require
 
 __all__ = ["CHECKPOINT_DIR", "RESUME_FREE_KEYS", "Checkpoint", "CheckpointError", "CheckpointParams",
-           "check_resumable", "join_arrays", "keys_to_nodes", "latest_checkpoint", "list_checkpoints", "missing_keys",
+           "check_resumable", "checkpoint_to_resume", "join_arrays", "keys_to_nodes", "latest_checkpoint", "list_checkpoints", "missing_keys",
            "nodes_to_keys", "read_checkpoint", "rewind_files", "snapshot_files", "split_arrays", "write_checkpoint"]
 
 log = logging.getLogger(__name__)
@@ -382,3 +382,30 @@ def check_resumable(checkpoint: Checkpoint, run_config: Mapping[str, Any], versi
     if isinstance(rounds, int) and rounds < checkpoint.server_round:
         raise CheckpointError(f"num-server-rounds = {rounds}, but the checkpoint is after round "
                               f"{checkpoint.server_round}")
+
+
+def checkpoint_to_resume(run_folder: str | Path, run_config: Mapping[str, Any], version: str,
+                         allow_new_rounds: bool = False) -> Checkpoint:
+    """The checkpoint an interrupted run in ``run_folder`` goes on from, after every check ``resume-from`` makes.
+
+    Parameters
+    ----------
+    run_folder : path
+        The interrupted run's folder.
+    run_config, version, allow_new_rounds
+        As for :func:`check_resumable`.
+
+    Raises
+    ------
+    CheckpointError
+        No such folder; the run finished (``summary.json``); no readable checkpoint; or the config or version
+        differs.
+    """
+    folder = Path(run_folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"resume-from: no run folder {folder}")
+    if (folder / "summary.json").exists():
+        raise CheckpointError(f"resume-from: {folder} holds a finished run (summary.json); nothing to resume")
+    checkpoint = latest_checkpoint(folder)
+    check_resumable(checkpoint, run_config, version, allow_new_rounds)
+    return checkpoint

@@ -98,12 +98,11 @@ def resume_point(folder: Path, run_config: Mapping[str, Any]) -> tuple[int | Non
     readable checkpoint is after ``round`` and was written with the same config and bouquet version (the checks
     the ServerApp makes on ``resume-from``), else ``(None, why)``."""
     from bouquet import __version__
-    from bouquet.checkpoint import CheckpointError, check_resumable, latest_checkpoint
+    from bouquet.checkpoint import CheckpointError, checkpoint_to_resume
     from bouquet.config import AppConfig, ConfigError
 
     try:
-        checkpoint = latest_checkpoint(folder)
-        check_resumable(checkpoint, AppConfig.from_run_config(run_config).to_run_config(), __version__)
+        checkpoint = checkpoint_to_resume(folder, AppConfig.from_run_config(run_config).to_run_config(), __version__)
     except (CheckpointError, ConfigError) as error:
         return None, str(error)
     return checkpoint.server_round, ""
@@ -133,7 +132,7 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
     with local_superlink(workdir, env={"RAY_ADDRESS": ray_address} if ray_address else None) as link:
         for index, job in enumerate(todo, start=1):
             config = {**job.run_config, "results-dir": str(job.folder.parent), "run-name": job.folder.name}
-            note = ""
+            note, resumed = "", False
             if job.folder.exists():  # an interrupted run: go on from its checkpoint, or start it again
                 after, why = resume_point(job.folder, config)
                 if after is None:
@@ -141,6 +140,7 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
                     note = f"(started again: {why.splitlines()[0][:200]}) "
                 else:
                     config["resume-from"] = str(job.folder.resolve())
+                    resumed = True
                     note = f"(resumed after round {after}) "
             job.folder.parent.mkdir(parents=True, exist_ok=True)
             config_file = job.folder.parent / f"{job.folder.name}.run-config.toml"
@@ -151,8 +151,8 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
                                  federation_config=f"num-supernodes={job.supernodes} client-resources-num-cpus=1",
                                  timeout=None)
             log_file = job.folder.parent / f"{job.folder.name}.log"
-            with open(log_file, "a" if "resume-from" in config else "w") as log:  # a resumed run keeps the first log
-                log.write((f"\n===== resumed: {note.strip()} =====\n" if "resume-from" in config else "")
+            with open(log_file, "a" if resumed else "w") as log:  # a resumed run keeps the first log
+                log.write((f"\n===== resumed: {note.strip()} =====\n" if resumed else "")
                           + done.stdout + done.stderr)
             run = RunFolder(job.folder)
             if done.returncode != 0 or not run.finished:

@@ -38,7 +38,7 @@ from flwr.serverapp.strategy import Result
 
 from bouquet import __version__
 from bouquet.algorithms.sckm import average_cardinality
-from bouquet.checkpoint import Checkpoint, CheckpointError, check_resumable, latest_checkpoint, rewind_files
+from bouquet.checkpoint import Checkpoint, checkpoint_to_resume, rewind_files
 from bouquet.config import AppConfig
 from bouquet.data.images import load_images
 from bouquet.data.water import load_pool
@@ -305,12 +305,7 @@ def main(grid: Grid, context: Context) -> None:
 def _reopen(config: AppConfig) -> tuple[RunRecorder, Checkpoint]:
     """The interrupted run's folder and its last readable checkpoint, the folder cut back to it."""
     folder = Path(config.checkpoint.resume_from).expanduser().resolve()
-    if not folder.is_dir():
-        raise CheckpointError(f"resume-from: no run folder {folder}")
-    if (folder / "summary.json").exists():
-        raise CheckpointError(f"resume-from: {folder} holds a finished run (summary.json); nothing to resume")
-    checkpoint = latest_checkpoint(folder)
-    check_resumable(checkpoint, config.to_run_config(), __version__, config.checkpoint.allow_new_rounds)
+    checkpoint = checkpoint_to_resume(folder, config.to_run_config(), __version__, config.checkpoint.allow_new_rounds)
     for change in rewind_files(folder, checkpoint.meta["files"]):
         log.info("resume: %s", change)
     log.info("resume: %s after round %d", folder, checkpoint.server_round)

@@ -44,9 +44,10 @@ from bouquet.processes import command_line, descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 FILTERS_OFF = "min-history-days=0 active-factor=0"
+POOL = f"{FILTERS_OFF} num-server-rounds=20 clients-per-round=100"
 ARMS = {
-    "pool-1099": f'{FILTERS_OFF} num-server-rounds=20 clients-per-round=100',
-    "pool-1099-window": f'{FILTERS_OFF} num-server-rounds=20 clients-per-round=100 max-in-flight=100',
+    "pool-1099": POOL,
+    "pool-1099-window": f'{POOL} max-in-flight=100',
     "hk-s1000": f'{FILTERS_OFF} num-server-rounds=3 clients-per-round=1000',
     "sckm-cluster-s1000": (f'{FILTERS_OFF} num-server-rounds=3 clients-per-round=100 selection="sckm-cluster" '
                            'candidates-per-round=1000'),

@@ -5,8 +5,9 @@
 
 Reads ``<setting>/<arm>/seed-<k>/summary.json`` written by
 ``scripts/run_sckm_experiments.py`` (plus, with ``--add-runs``, the rows of
-an earlier ``runs.csv`` for runs whose folders are gone; a run folder wins
-over a row for the same setting, arm and seed) and writes:
+an earlier ``runs.csv``, and of the ``selection_facts.csv`` beside it, for
+runs whose folders are gone; a run folder wins over a row for the same
+setting, arm and seed) and writes:
 
 * ``runs``: every run's accuracy per round (and C-hat), the data behind all
   of the below, small enough to keep in the repository;
@@ -78,18 +79,19 @@ def load_runs(base: Path) -> pd.DataFrame | None:
     return pd.DataFrame(rows) if rows else None
 
 
-def add_runs(runs: pd.DataFrame | None, extra: list[Path]) -> pd.DataFrame:
-    """``runs`` plus the rows of earlier ``runs.csv`` files for (setting, arm, seed) not in ``runs``."""
+def add_runs(runs: pd.DataFrame | None, extra: list[Path], tables: list[pd.DataFrame] = ()) -> pd.DataFrame:
+    """``runs`` plus the rows of earlier ``runs.csv`` files (or of ``tables``) for (setting, arm, seed) not in
+    ``runs``."""
     frames = [] if runs is None else [runs]
-    for path in extra:
-        rows = pd.read_csv(path)
+    for rows in [pd.read_csv(path) for path in extra] + list(tables):
         if frames:
             have = pd.concat(frames)[["setting", "arm", "seed"]].drop_duplicates()
             rows = rows.merge(have, how="left", indicator=True).query("_merge == 'left_only'").drop(columns="_merge")
         frames.append(rows)
     if not frames:
         raise SystemExit("no runs: give a results folder with finished runs or --add-runs")
-    return pd.concat(frames, ignore_index=True).sort_values(["setting", "arm", "seed", "round"], ignore_index=True)
+    order = [c for c in ("setting", "arm", "seed", "round") if c in frames[0]]
+    return pd.concat(frames, ignore_index=True).sort_values(order, ignore_index=True)
 
 
 def accuracy_figure(runs: pd.DataFrame, out: Path) -> None:
@@ -278,8 +280,9 @@ def _client_classes(vision: VisionDataConfig, num_clients: int) -> list[set[int]
     return [set(np.unique(labels[rows]).tolist()) for rows in partition(labels, num_clients, vision)]
 
 
-def selection_facts(base: Path, out: Path) -> pd.DataFrame | None:
-    """``selection_facts.csv`` (per run) and ``.md`` (per setting and arm) from the run folders in ``base``."""
+def selection_facts(base: Path, out: Path, extra: list[Path] | None = None) -> pd.DataFrame | None:
+    """``selection_facts.csv`` (per run) and ``.md`` (per setting and arm) from the run folders in ``base``, plus
+    the rows of the earlier ``selection_facts.csv`` files ``extra`` for runs whose folders are gone."""
     rows = []
     for run in find_runs(base, "*/*/seed-*"):  # finished runs only, as in the accuracy table
         match = SETTING.fullmatch(run.path.parent.parent.name)
@@ -301,9 +304,11 @@ def selection_facts(base: Path, out: Path) -> pd.DataFrame | None:
         rows.append({"setting": run.path.parent.parent.name, "arm": run.path.parent.name,
                      "seed": int(run.path.name.removeprefix("seed-")),
                      **run_selection_facts(trained, classes, losses, chosen)})
-    if not rows:
+    earlier = [pd.read_csv(path) for path in extra or [] if path.exists()]
+    if not rows and not earlier:
         return None
-    facts = pd.DataFrame(rows)
+    facts = add_runs(pd.DataFrame(rows) if rows else None, [], earlier).sort_values(["setting", "arm", "seed"],
+                                                                                    ignore_index=True)
     facts.to_csv(out / "selection_facts.csv", index=False)
     header = ("| setting | arm | classes covered a round (mean over seeds) | loss rank of the chosen (1 = highest) "
               "| rounds re-using a client | distinct clients |")
@@ -330,7 +335,8 @@ def main(argv: list[str] | None = None) -> None:
         tables(runs, out)
     clusters_figure(runs, out)
     rounds_to_target(runs, out)
-    selection_facts(args.base, out)
+    # read before selection_facts rewrites out/selection_facts.csv (which may be one of them)
+    selection_facts(args.base, out, [path.parent / "selection_facts.csv" for path in args.add_runs])
     print((out / "table.md").read_text())
     print(f"figures and CSVs in {out}")
 

@@ -266,6 +266,9 @@ def test_the_experiment_runner_resumes_an_interrupted_run_only_when_its_checkpoi
     runner_config = {"seed": 0, "hk-tau": 0.75, "num-server-rounds": 5, "results-dir": str(tmp_path),
                      "run-name": "seed-0"}
     after, why = resume_point(folder, runner_config)
+    assert after is None and "no run folder" in why
+    folder.mkdir()
+    after, why = resume_point(folder, runner_config)
     assert after is None and "no checkpoint" in why  # the runner then starts the run again
     write_checkpoint(folder, 2, {"config": AppConfig.from_run_config(runner_config).to_run_config(),
                                  "version": __version__, "files": {}}, MODELS)

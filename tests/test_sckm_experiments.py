@@ -63,14 +63,23 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray
     empty.mkdir()
     figures.main([str(empty), "--out", str(tmp_path / "again"), "--add-runs", str(tmp_path / "fig" / "runs.csv")])
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "table.csv"), table)
+    # ... and the selection_facts.csv beside it stands in for theirs
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "selection_facts.csv"),
+                                  pd.read_csv(tmp_path / "fig" / "selection_facts.csv"))
     older = runs.assign(accuracy=runs["accuracy"] + 50)  # same runs as the folders: the folders win
     moved = runs.assign(setting="c10-s5-b2", shards=5)  # a setting whose folders are gone: added
     pd.concat([older, moved]).to_csv(tmp_path / "older.csv", index=False)
+    facts_then = pd.read_csv(tmp_path / "fig" / "selection_facts.csv")
+    pd.concat([facts_then.assign(**{"classes-covered": 99.0}), facts_then.assign(setting="c10-s5-b2")]).to_csv(
+        tmp_path / "selection_facts.csv", index=False)  # beside older.csv: the folders win again, c10-s5-b2 added
     figures.main([str(base), "--out", str(tmp_path / "merged"), "--add-runs", str(tmp_path / "older.csv")])
     merged = pd.read_csv(tmp_path / "merged" / "table.csv").set_index("arm")
     assert merged["shard 2"].to_dict() == pytest.approx(table.set_index("arm")["shard 2"].to_dict())
     assert merged["shard 5"].to_dict() == pytest.approx(table.set_index("arm")["shard 2"].to_dict())
     assert len(pd.read_csv(tmp_path / "merged" / "runs.csv")) == 12
+    facts_merged = pd.read_csv(tmp_path / "merged" / "selection_facts.csv")
+    assert len(facts_merged) == 4 and (facts_merged["classes-covered"] < 99).all()
+    assert set(facts_merged["setting"]) == {"c10-s2-b2", "c10-s5-b2"}
 
 
 def test_a_profile_table_named_after_a_study_applies_to_that_study_only(tmp_path):
