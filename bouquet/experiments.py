@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bouquet.launch import local_superlink, pool_size, toml_value
+from bouquet.launch import failed_runs, local_superlink, pool_size, toml_value
 from bouquet.processes import check_ray_address
 from bouquet.results import RunFolder
 
@@ -125,7 +125,7 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
         check_ray_address(ray_address)
     todo = [job for job in jobs if not RunFolder(job.folder).finished]
     print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already done", flush=True)
-    failures = 0
+    failures, reported = 0, set()
     started_all = time.time()
     if not todo:
         return 0
@@ -157,7 +157,14 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
             run = RunFolder(job.folder)
             if done.returncode != 0 or not run.finished:
                 failures += 1
-                print(f"FAILED (exit {done.returncode}; log {log_file})", flush=True)
+                # flwr run --stream exits 0 whatever became of the run: Flower's status says why (e.g. "No
+                # heartbeat received from the task"); only this run's line is new on this SuperLink
+                why = [line for line in failed_runs(link.run_statuses()) if line not in reported]
+                reported.update(why)
+                with open(log_file, "a") as log:
+                    log.write("".join(f"\nbouquet: {line}" for line in why) + "\n")
+                print(f"FAILED (exit {done.returncode}; {'; '.join(why) or 'no summary.json'}; log {log_file}; "
+                      "the same command runs it again, from its last checkpoint if it has one)", flush=True)
                 continue
             print(f"done in {time.time() - started:.0f} s: {describe(run.summary())}",
                   flush=True)

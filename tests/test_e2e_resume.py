@@ -70,7 +70,8 @@ def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path, s
               f'active-factor=0.5 seed=3 results-dir="{tmp_path / "results"}"')
     done = superlink.flwr_run(ROOT, run_config=f'{common} run-name="whole"', federation_config=FEDERATION)
     whole = tmp_path / "results" / "whole"
-    assert done.returncode == 0 and (whole / "summary.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0 and (whole / "summary.json").exists(), (
+        done.stdout[-3000:] + done.stderr[-3000:] + "\nSuperLink runs: " + superlink.run_statuses())
 
     crashed = tmp_path / "results" / "crashed"
     with local_superlink(tmp_path / "link-1", env={"RAY_ADDRESS": ray_head.address}) as link:

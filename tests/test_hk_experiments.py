@@ -67,3 +67,16 @@ def test_per_round_is_empty_when_no_run_records_the_column():
                            "train-loss": [0.5, 0.4]})
     assert figures.per_round(rounds, "coalitions", "train").empty
     assert figures.per_round(rounds, "train-loss", "train")["mean"].tolist() == [0.5, 0.4]
+
+
+def test_a_run_whose_server_app_fails_is_reported_with_flowers_status(tmp_path, capsys, ray_head):
+    from pathlib import Path
+
+    from bouquet.experiments import Job, run_jobs
+
+    root = Path(__file__).resolve().parents[1]
+    bad = Job("bad", {"hk-tau": 7.0, "num-server-rounds": 1}, tmp_path / "bad" / "seed-0", 2)  # a cosine threshold above 1: refused
+    assert run_jobs(root, [bad], tmp_path / "link", describe=str, ray_address=ray_head.address) == 1
+    out = capsys.readouterr().out
+    assert "FAILED (exit 0; run " in out and "ended finished:failed" in out, out  # flwr run itself exits 0
+    assert "ended finished:failed" in (tmp_path / "bad" / "seed-0.log").read_text()
