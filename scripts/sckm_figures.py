@@ -49,6 +49,7 @@ import functools
 import itertools
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -57,6 +58,7 @@ from bouquet.data.images import VisionDataConfig, load_images, partition
 from bouquet.results import find_runs
 
 TAIL_ROUNDS = 5
+SMOOTH_ROUNDS = 25
 SETTING = re.compile(r"c(?P<clients>\d+)-s(?P<shards>\d+)-b(?P<budget>\d+)")
 
 
@@ -103,9 +105,10 @@ def accuracy_figure(runs: pd.DataFrame, out: Path) -> None:
     cols = min(3, len(settings))
     rows = int(np.ceil(len(settings) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    styles = arm_styles(sorted(runs["arm"].unique()))
     for ax, setting in zip(axes.flat, settings):
         for arm, part in curve[curve["setting"] == setting].groupby("arm"):
-            ax.plot(part["round"], part["mean"], label=arm, lw=2.2 if arm.startswith("sckm") else 1.2)
+            ax.plot(part["round"], part["mean"], label=arm, **styles[arm])
         ax.set_title(setting)
         ax.set_xlabel("round")
         ax.set_ylabel("test accuracy (%)")
@@ -114,6 +117,45 @@ def accuracy_figure(runs: pd.DataFrame, out: Path) -> None:
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "accuracy_per_round.png", dpi=120)
+    plt.close(fig)
+
+
+def arm_styles(arms: list[str]) -> dict[str, dict[str, Any]]:
+    """A colour (tab20: no two of up to 20 arms alike) and line per arm: SCKM arms dashed and thicker."""
+    import matplotlib.pyplot as plt
+
+    colours = plt.get_cmap("tab20").colors
+    return {arm: {"color": colours[i % len(colours)], "ls": "--" if arm.startswith("sckm") else "-",
+                  "lw": 1.8 if arm.startswith("sckm") else 1.4} for i, arm in enumerate(arms)}
+
+
+def smoothed_curves(runs: pd.DataFrame, window: int = SMOOTH_ROUNDS) -> pd.DataFrame:
+    """Per setting and arm, the seed-mean accuracy per round averaged over the ``window`` rounds ending at each
+    round (fewer at the start): the trend under the round-to-round swings of two label-sorted clients a round."""
+    mean = runs.groupby(["setting", "arm", "round"], as_index=False)["accuracy"].mean()
+    mean["smoothed"] = mean.groupby(["setting", "arm"])["accuracy"].transform(
+        lambda curve: curve.rolling(window, min_periods=1).mean())
+    return mean
+
+
+def smoothed_figure(runs: pd.DataFrame, out: Path, window: int = SMOOTH_ROUNDS) -> None:
+    """``accuracy_smoothed.png`` / ``.csv``: :func:`smoothed_curves`, one panel per setting, every arm."""
+    import matplotlib.pyplot as plt
+
+    curves = smoothed_curves(runs, window)
+    curves.to_csv(out / "accuracy_smoothed.csv", index=False)
+    settings = sorted(curves["setting"].unique())
+    styles = arm_styles(sorted(curves["arm"].unique()))
+    fig, axes = plt.subplots(1, len(settings), figsize=(5.6 * len(settings), 4.2), squeeze=False)
+    for ax, setting in zip(axes.flat, settings):
+        for arm, part in curves[curves["setting"] == setting].groupby("arm"):
+            ax.plot(part["round"], part["smoothed"], label=arm, **styles[arm])
+        ax.set_title(f"{setting}: mean of the last {window} rounds")
+        ax.set_xlabel("round")
+        ax.set_ylabel("test accuracy (%)")
+    axes.flat[0].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / "accuracy_smoothed.png", dpi=120)
     plt.close(fig)
 
 
@@ -331,6 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.variants:
         tables(runs, out, name="table5")
         variant_table(runs, out)
+        smoothed_figure(runs, out)
     else:
         tables(runs, out)
     clusters_figure(runs, out)

@@ -55,3 +55,16 @@ def test_selection_facts_of_a_local_update_run_follow_the_aggregated_updates(tmp
     classes = figures._client_classes(config.vision_data, 4)
     assert facts["distinct-clients"] == 1 and facts["reused-rounds"] == 1  # not 4 clients, re-used every round
     assert facts["classes-covered"] == len(classes[2])
+
+
+def test_smoothed_curves_average_the_rounds_up_to_each_round(tmp_path):
+    figures = script("sckm_figures")
+    rows = [{"setting": "c10-s2-b2", "arm": "random", "seed": seed, "round": rnd, "accuracy": acc + 10 * seed}
+            for seed in (0, 1) for rnd, acc in enumerate([10.0, 20.0, 60.0, 0.0])]
+    curves = figures.smoothed_curves(pd.DataFrame(rows), window=2)
+    # seed means 15, 25, 65, 5; then the mean of each round and the one before it (round 0 alone)
+    assert curves["accuracy"].tolist() == [15.0, 25.0, 65.0, 5.0]
+    assert curves["smoothed"].tolist() == [15.0, 20.0, 45.0, 35.0]
+    figures.smoothed_figure(pd.DataFrame(rows), tmp_path, window=2)
+    assert (tmp_path / "accuracy_smoothed.png").stat().st_size > 1000
+    assert len(pd.read_csv(tmp_path / "accuracy_smoothed.csv")) == 4
