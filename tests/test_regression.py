@@ -17,7 +17,10 @@ from bouquet.results import RunFolder
 
 pytestmark = pytest.mark.e2e
 
-RTOL = 1e-9
+#: Same seed, same numbers, up to the CPU: torch's and OpenBLAS's kernels are chosen per processor (AVX2 or
+#: AVX-512), and the pinned HK runs moved by up to 1.7e-8 (relative) between two AMD EPYC hosts of this project
+#: with the same packages (numpy 2.4.6, torch 2.13.0). A change of the seeded logic moves them by far more.
+RTOL = 1e-6
 SHORT = "num-server-rounds=3 clients-per-round=10"
 #: partition ids trained per round by seed 0 with S = 10 of the 179-household pool (any aggregator)
 SHORT_TRAINED = {1: [10, 40, 52, 88, 96, 140, 152, 158, 169, 170], 2: [13, 20, 25, 39, 49, 69, 77, 105, 157, 166],
