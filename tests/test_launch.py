@@ -140,3 +140,17 @@ def test_the_staged_app_builds_the_same_fab_as_the_repository(tmp_path):
         (fab,) = (tmp_path / "out").glob("*.fab")
         assert fab.read_bytes() == from_stage
     assert from_stage == build_fab_from_disk(ROOT)
+
+
+def test_the_run_app_fixture_reruns_only_after_a_new_heartbeat_failure():
+    import json
+    from types import SimpleNamespace
+
+    from tests.conftest import _new_heartbeat_failure
+
+    runs = [{"run-id": "1", "status": "finished:failed", "status-details": "Exception in ServerApp"}]
+    link = SimpleNamespace(run_statuses=lambda: json.dumps({"runs": runs}))
+    assert not _new_heartbeat_failure(link)  # another failure: no rerun
+    runs.append({"run-id": "2", "status": "finished:failed", "status-details": "No heartbeat received from the task"})
+    assert _new_heartbeat_failure(link)
+    assert not _new_heartbeat_failure(link)  # the same run again: already seen
