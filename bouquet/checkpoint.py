@@ -34,8 +34,9 @@ import numpy as np
 from bouquet.params import require
 
 __all__ = ["CHECKPOINT_DIR", "RESUME_FREE_KEYS", "Checkpoint", "CheckpointError", "CheckpointParams",
-           "check_resumable", "checkpoint_to_resume", "join_arrays", "keys_to_nodes", "latest_checkpoint", "list_checkpoints", "missing_keys",
-           "nodes_to_keys", "read_checkpoint", "rewind_files", "snapshot_files", "split_arrays", "write_checkpoint"]
+           "check_resumable", "checkpoint_to_resume", "join_arrays", "keys_to_nodes", "latest_checkpoint",
+           "list_checkpoints", "missing_keys", "nodes_to_keys", "read_checkpoint", "rewind_files", "snapshot_files",
+           "split_arrays", "write_checkpoint"]
 
 log = logging.getLogger(__name__)
 

@@ -81,11 +81,11 @@ def load_runs(base: Path) -> pd.DataFrame | None:
     return pd.DataFrame(rows) if rows else None
 
 
-def add_runs(runs: pd.DataFrame | None, extra: list[Path], tables: list[pd.DataFrame] = ()) -> pd.DataFrame:
-    """``runs`` plus the rows of earlier ``runs.csv`` files (or of ``tables``) for (setting, arm, seed) not in
-    ``runs``."""
+def add_runs(runs: pd.DataFrame | None, extra: list[pd.DataFrame]) -> pd.DataFrame:
+    """``runs`` plus the rows of the earlier tables ``extra`` (read from ``runs.csv`` or ``selection_facts.csv``)
+    for (setting, arm, seed) not in ``runs``, sorted by those columns (and ``round`` where there is one)."""
     frames = [] if runs is None else [runs]
-    for rows in [pd.read_csv(path) for path in extra] + list(tables):
+    for rows in extra:
         if frames:
             have = pd.concat(frames)[["setting", "arm", "seed"]].drop_duplicates()
             rows = rows.merge(have, how="left", indicator=True).query("_merge == 'left_only'").drop(columns="_merge")
@@ -349,8 +349,7 @@ def selection_facts(base: Path, out: Path, extra: list[Path] | None = None) -> p
     earlier = [pd.read_csv(path) for path in extra or [] if path.exists()]
     if not rows and not earlier:
         return None
-    facts = add_runs(pd.DataFrame(rows) if rows else None, [], earlier).sort_values(["setting", "arm", "seed"],
-                                                                                    ignore_index=True)
+    facts = add_runs(pd.DataFrame(rows) if rows else None, earlier)
     facts.to_csv(out / "selection_facts.csv", index=False)
     header = ("| setting | arm | classes covered a round (mean over seeds) | loss rank of the chosen (1 = highest) "
               "| rounds re-using a client | distinct clients |")
@@ -367,7 +366,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     out = args.out or Path("docs/figures") / f"sckm-{args.base.name}"
     out.mkdir(parents=True, exist_ok=True)
-    runs = add_runs(load_runs(args.base), args.add_runs)
+    runs = add_runs(load_runs(args.base), [pd.read_csv(path) for path in args.add_runs])
     runs.to_csv(out / "runs.csv", index=False)
     accuracy_figure(runs, out)
     if args.variants:

@@ -75,7 +75,8 @@ def test_a_run_whose_server_app_fails_is_reported_with_flowers_status(tmp_path, 
     from bouquet.experiments import Job, run_jobs
 
     root = Path(__file__).resolve().parents[1]
-    bad = Job("bad", {"hk-tau": 7.0, "num-server-rounds": 1}, tmp_path / "bad" / "seed-0", 2)  # a cosine threshold above 1: refused
+    # a cosine threshold above 1: the ServerApp refuses the config
+    bad = Job("bad", {"hk-tau": 7.0, "num-server-rounds": 1}, tmp_path / "bad" / "seed-0", 2)
     assert run_jobs(root, [bad], tmp_path / "link", describe=str, ray_address=ray_head.address) == 1
     out = capsys.readouterr().out
     assert "FAILED (exit 0; run " in out and "ended finished:failed" in out, out  # flwr run itself exits 0
