@@ -21,7 +21,11 @@ setting, arm and seed) and writes:
   row per arm (``variant``) and setting: ``variant,shards,budget,seeds,
   last5_mean,last5_std`` (each seed's mean over the last 5 rounds, then mean
   and std over seeds), with each arm's difference to ``random`` in
-  ``table.md``; the Table 5 layout goes to ``table5``;
+  ``table.md``; the Table 5 layout goes to ``table5``; and ``versus_random``:
+  each arm against ``random`` of the same seed (the same initial model; every
+  run trains the same ``data-seed`` partition), over the last 5 and the last
+  50 rounds, per setting and pooled over the settings, with the mean paired
+  difference, its 95 % t interval and how many pairs lie above random;
 * ``seeds``: final accuracy mean +- std across seeds per setting and arm, and
   the same for each seed's mean over the last 5 rounds (``last5-``);
 * ``clusters_per_round``: C-hat per round (mean over seeds) per SCKM-Cluster
@@ -58,6 +62,7 @@ from bouquet.data.images import VisionDataConfig, load_images, partition
 from bouquet.results import find_runs
 
 TAIL_ROUNDS = 5
+LONG_TAIL_ROUNDS = 50  # the variant study's second window (rounds 251-300 of 300): less swing than the last 5
 SMOOTH_ROUNDS = 25
 SETTING = re.compile(r"c(?P<clients>\d+)-s(?P<shards>\d+)-b(?P<budget>\d+)")
 
@@ -186,6 +191,69 @@ def variant_table(runs: pd.DataFrame, out: Path) -> pd.DataFrame:
             lines.append(f"| {r['variant']} | {r['seeds']} | {r['last5_mean']:.2f}{spread} | {versus} |")
         lines.append("")
     (out / "table.md").write_text("\n".join(lines))
+    return table
+
+
+def paired_differences(runs: pd.DataFrame) -> pd.DataFrame:
+    """Each arm's accuracy (%) minus that of ``random`` with the same setting and seed, averaged over the last
+    :data:`TAIL_ROUNDS` (``diff_last5``) and the last :data:`LONG_TAIL_ROUNDS` rounds (``diff_last50``); one row
+    per (shards, budget, arm, seed) that has a random run beside it."""
+    last = int(runs["round"].max())
+    keys = ["shards", "budget", "arm", "seed"]
+    means = pd.DataFrame({
+        f"last{k}": runs[runs["round"] > last - k].groupby(keys)["accuracy"].mean()
+        for k in (TAIL_ROUNDS, LONG_TAIL_ROUNDS)}).reset_index()
+    base = means[means["arm"] == "random"].drop(columns="arm")
+    pairs = means[means["arm"] != "random"].merge(base, on=["shards", "budget", "seed"], suffixes=("", "_random"))
+    for k in (TAIL_ROUNDS, LONG_TAIL_ROUNDS):
+        pairs[f"diff_last{k}"] = pairs[f"last{k}"] - pairs[f"last{k}_random"]
+    return pairs[[*keys, f"diff_last{TAIL_ROUNDS}", f"diff_last{LONG_TAIL_ROUNDS}"]]
+
+
+def mean_interval(values: pd.Series) -> tuple[float, float]:
+    """The mean of ``values`` and the half-width of its two-sided 95 % Student t interval (NaN with one value)."""
+    from scipy import stats
+
+    n = len(values)
+    if n < 2:
+        return float(values.mean()), np.nan
+    return float(values.mean()), float(stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / np.sqrt(n))
+
+
+def versus_random(runs: pd.DataFrame, out: Path) -> pd.DataFrame:
+    """The variant study's answer to "does it beat random": :func:`paired_differences` summarised per arm and
+    setting, and per arm over every setting (``shards`` = ``all``): pairs, mean paired difference and 95 % t
+    half-width over the last 5 and the last 50 rounds, and the pairs above random over the last 50;
+    ``versus_random.csv`` and ``.md`` (best pooled arm first)."""
+    pairs = paired_differences(runs)
+    rows = []
+    groups = [*pairs.groupby(["arm", "shards", "budget"]),
+              *(((arm, "all", "all"), part) for arm, part in pairs.groupby("arm"))]
+    for (arm, shards, budget), part in groups:
+        row = {"variant": arm, "shards": shards, "budget": budget, "pairs": len(part)}
+        for k in (TAIL_ROUNDS, LONG_TAIL_ROUNDS):
+            row[f"diff_last{k}_mean"], row[f"diff_last{k}_ci95"] = mean_interval(part[f"diff_last{k}"])
+        row[f"above_last{LONG_TAIL_ROUNDS}"] = int((part[f"diff_last{LONG_TAIL_ROUNDS}"] > 0).sum())
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    pooled = table[table["shards"] == "all"].set_index("variant")[f"diff_last{LONG_TAIL_ROUNDS}_mean"]
+    order = table.assign(pooled=table["variant"].map(pooled),
+                         setting=pd.to_numeric(table["shards"], errors="coerce").fillna(np.inf))  # "all" last
+    table = table.loc[order.sort_values(["pooled", "variant", "setting"], ascending=[False, True, True]).index]
+    table.to_csv(out / "versus_random.csv", index=False)
+
+    def cell(mean: float, half: float) -> str:
+        return f"{mean:+.2f}" + ("" if np.isnan(half) else f" +- {half:.2f}")
+
+    long = LONG_TAIL_ROUNDS
+    lines = [("Accuracy (points) minus random's with the same seed; mean over the pairs +- the half-width of its "
+              f"95 % t interval; 'above': pairs above random over the last {long} rounds."), "",
+             f"| variant | S | pairs | last {TAIL_ROUNDS} rounds | last {long} rounds | above |", "|---|---|--:|--:|--:|--:|"]
+    for _, r in table.iterrows():
+        lines.append(f"| {r['variant']} | {r['shards']} | {r['pairs']} | "
+                     f"{cell(r[f'diff_last{TAIL_ROUNDS}_mean'], r[f'diff_last{TAIL_ROUNDS}_ci95'])} | "
+                     f"{cell(r[f'diff_last{long}_mean'], r[f'diff_last{long}_ci95'])} | {r[f'above_last{long}']} |")
+    (out / "versus_random.md").write_text("\n".join(lines) + "\n")
     return table
 
 
@@ -372,6 +440,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.variants:
         tables(runs, out, name="table5")
         variant_table(runs, out)
+        versus_random(runs, out)
         smoothed_figure(runs, out)
     else:
         tables(runs, out)

@@ -68,3 +68,33 @@ def test_smoothed_curves_average_the_rounds_up_to_each_round(tmp_path):
     figures.smoothed_figure(pd.DataFrame(rows), tmp_path, window=2)
     assert (tmp_path / "accuracy_smoothed.png").stat().st_size > 1000
     assert len(pd.read_csv(tmp_path / "accuracy_smoothed.csv")) == 4
+
+
+def test_versus_random_pairs_each_arm_with_random_of_the_same_seed(tmp_path):
+    figures = script("sckm_figures")
+
+    def run(shards, arm, seed, early, late):  # rounds 0-60: `early` up to round 55, `late` in rounds 56-60
+        return [{"setting": f"c10-s{shards}-b2", "shards": shards, "budget": 2, "arm": arm, "seed": seed,
+                 "round": rnd, "accuracy": late if rnd > 55 else early} for rnd in range(61)]
+
+    rows = (run(5, "random", 0, 20.0, 20.0) + run(5, "random", 1, 21.0, 21.0)
+            + run(5, "x", 0, 23.0, 30.0) + run(5, "x", 1, 20.0, 20.0)
+            + run(2, "random", 0, 10.0, 10.0) + run(2, "x", 0, 15.0, 15.0)
+            + run(2, "y", 3, 50.0, 50.0))  # no random run with seed 3: no pair
+    table = figures.versus_random(pd.DataFrame(rows), tmp_path)
+    assert list(table["variant"]) == ["x", "x", "x"] and list(table["shards"]) == [2, 5, "all"]
+    five = table[table["shards"] == 5].iloc[0]
+    # seed 0: last 5 = 30 - 20 = 10; last 50 (rounds 11-60) = (45 x 23 + 5 x 30) / 50 - 20 = 3.7; seed 1: -1, -1
+    assert five["pairs"] == 2 and five["above_last50"] == 1
+    assert five["diff_last5_mean"] == pytest.approx(4.5) and five["diff_last50_mean"] == pytest.approx(1.35)
+    # t(0.975, 1) = 12.7062; std of (10, -1) = 7.7782; / sqrt(2)
+    assert five["diff_last5_ci95"] == pytest.approx(12.7062 * 7.7782 / np.sqrt(2), rel=1e-4)
+    two = table[table["shards"] == 2].iloc[0]
+    assert two["pairs"] == 1 and two["diff_last5_mean"] == 5.0 and np.isnan(two["diff_last5_ci95"])
+    pooled = table[table["shards"] == "all"].iloc[0]
+    assert pooled["pairs"] == 3 and pooled["above_last50"] == 2
+    assert pooled["diff_last5_mean"] == pytest.approx(14 / 3) and pooled["diff_last50_mean"] == pytest.approx(7.7 / 3)
+    written = pd.read_csv(tmp_path / "versus_random.csv")
+    assert list(written.columns) == ["variant", "shards", "budget", "pairs", "diff_last5_mean", "diff_last5_ci95",
+                                     "diff_last50_mean", "diff_last50_ci95", "above_last50"]
+    assert "| x | 5 | 2 | +4.50 +- 69.88 | +1.35 +- " in (tmp_path / "versus_random.md").read_text()
