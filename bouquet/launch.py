@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pathspec
 
@@ -31,7 +32,11 @@ from bouquet.processes import (
     wait_until,
 )
 
-__all__ = ["LocalSuperLink", "app_files", "failed_runs", "free_port", "local_superlink", "offline_env", "staged_app"]
+if TYPE_CHECKING:
+    from bouquet.config import AppConfig
+
+__all__ = ["LocalSuperLink", "app_config", "app_files", "failed_runs", "free_port", "local_superlink", "offline_env",
+           "staged_app", "unfinished_runs"]
 
 #: Folders never part of an app's source: git's own, and those Flower's app build leaves out itself.
 _NEVER_APP = frozenset({".git", ".venv", ".flwr", "__pycache__"})
@@ -198,16 +203,32 @@ def pool_size(app_dir: Path, run_config: str) -> int:
 
     Water: the households of the federated pool.  Vision: :data:`VISION_CLIENTS`.
     """
-    import tomllib
-
-    from bouquet.config import AppConfig
     from bouquet.data.water import load_pool
 
-    defaults = tomllib.loads((app_dir / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    config = AppConfig.from_run_config({**defaults, **parse_overrides(run_config)})
+    config = app_config(app_dir, run_config)
     if config.run.task == "vision":
         return VISION_CLIENTS
     return len(load_pool(config.water_data))
+
+
+def app_config(app_dir: Path, run_config: str) -> AppConfig:
+    """The app's run config (``[tool.flwr.app.config]`` of its ``pyproject.toml``) with ``run_config`` overrides."""
+    import tomllib
+
+    from bouquet.config import AppConfig
+
+    defaults = tomllib.loads((Path(app_dir) / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    return AppConfig.from_run_config({**defaults, **parse_overrides(run_config)})
+
+
+def unfinished_runs(results_dir: Path, before: set[Path]) -> list[Path]:
+    """Run folders under ``results_dir`` not in ``before`` that hold a checkpoint but no ``summary.json``: the runs
+    a failed ``flwr run`` left behind that ``--resume`` can go on with (oldest name first)."""
+    from bouquet.checkpoint import list_checkpoints
+
+    folders = sorted(config.parent for config in Path(results_dir).glob("*/config.json"))
+    return [folder for folder in folders
+            if folder not in before and not (folder / "summary.json").exists() and list_checkpoints(folder)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bouquet: {args.supernodes} SuperNodes (one per household of the pool, or the vision default)",
               flush=True)
     federation = f"num-supernodes={args.supernodes} client-resources-num-cpus={args.cpus_per_client:g}"
+    results_dir = Path(app_config(Path(args.app), args.run_config).run.results_dir).expanduser().resolve()
+    before = {config.parent for config in results_dir.glob("*/config.json")}
     with tempfile.TemporaryDirectory(prefix="bouquet-link-") as workdir:
         env = {"RAY_ADDRESS": args.ray_address} if args.ray_address else None
         with local_superlink(Path(workdir), env=env) as link:
@@ -248,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
             failed = failed_runs(link.run_statuses())
     for line in failed:  # flwr run --stream exits 0 whatever became of the run
         print(f"bouquet: {line}", flush=True)
+    if failed or done.returncode:
+        for folder in unfinished_runs(results_dir, before):
+            print(f"bouquet: {folder} stopped before its last round; go on from its newest checkpoint with\n"
+                  f"    python -m bouquet.launch {args.app} --resume {folder}", flush=True)
     return done.returncode or (1 if failed else 0)
 
 

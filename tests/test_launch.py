@@ -154,3 +154,68 @@ def test_the_run_app_fixture_reruns_only_after_a_new_heartbeat_failure():
     runs.append({"run-id": "2", "status": "finished:failed", "status-details": "No heartbeat received from the task"})
     assert _new_heartbeat_failure(link)
     assert not _new_heartbeat_failure(link)  # the same run again: already seen
+
+
+def test_unfinished_runs_are_new_folders_with_a_checkpoint_and_no_summary(tmp_path):
+    from bouquet.launch import app_config, unfinished_runs
+
+    def folder(name, checkpoint=True, summary=False):
+        path = tmp_path / name
+        (path / "checkpoints").mkdir(parents=True)
+        (path / "config.json").write_text("{}")
+        if checkpoint:
+            (path / "checkpoints" / "round-0001.npz").write_bytes(b"")
+        if summary:
+            (path / "summary.json").write_text("{}")
+        return path
+
+    old = folder("a-old")
+    wanted = [folder("b-stopped"), folder("c-stopped")]
+    folder("d-finished", summary=True)
+    folder("e-no-checkpoint", checkpoint=False)
+    (tmp_path / "f-not-a-run").mkdir()
+    assert unfinished_runs(tmp_path, before={old}) == wanted
+    assert unfinished_runs(tmp_path / "absent", before=set()) == []
+    assert app_config(ROOT, 'results-dir="/x/y" seed=3').run.results_dir == "/x/y"
+
+
+@pytest.mark.e2e
+def test_a_run_that_loses_its_simulation_process_ends_with_the_resume_command_that_finishes_it(tmp_path):
+    """``python -m bouquet.launch`` whose ``flwr-simulation`` process is SIGKILLed after round 1 reports Flower's
+    failed status and prints the ``--resume`` command; that command finishes the run in the same folder."""
+    import re
+
+    from bouquet.processes import command_line, descendants
+    from tests.waiting import wait_for_checkpoint
+
+    results = tmp_path / "results"
+    config = (f'results-dir="{results}" run-name="stopped" num-server-rounds=3 clients-per-round=2 '
+              'synthetic-households=4 active-factor=0 local-epochs=1')
+    command = [sys.executable, "-m", "bouquet.launch", str(ROOT), "--supernodes", "4", "--run-config", config]
+    with open(tmp_path / "launch.log", "w") as log:
+        launch = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+        try:
+            class Alive:  # wait_for_checkpoint's runner: the launch process
+                is_alive = staticmethod(lambda: launch.poll() is None)
+
+            wait_for_checkpoint(results / "stopped", 1, Alive, detail=lambda: (tmp_path / "launch.log").read_text())
+            victims = [pid for pid in descendants(launch.pid) if "flwr-simulation" in command_line(pid)]
+            assert victims, "no flwr-simulation process under the launcher"
+            for pid in victims:
+                os.kill(pid, signal.SIGKILL)
+            code = launch.wait(timeout=300)
+        finally:
+            if launch.poll() is None:
+                launch.kill()
+    output = (tmp_path / "launch.log").read_text()
+    assert code == 1, output
+    assert re.search(r"bouquet: run \d+ ended finished:failed", output), output
+    resume = f"python -m bouquet.launch {ROOT} --resume {results / 'stopped'}"
+    assert resume in output, output
+    assert not (results / "stopped" / "summary.json").exists()
+    done = subprocess.run([sys.executable, *resume.split()[1:]], check=False, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "bouquet: resuming" in done.stdout
+    summary = (results / "stopped" / "summary.json")
+    assert summary.exists(), done.stdout[-3000:]
