@@ -213,7 +213,7 @@ _SECTIONS = (
              rename={"dataset": "vision-dataset", "path": "vision-data-path", "partitioner": "vision-partitioner",
                      "seed": "data-seed", "groups": "vision-groups", "num_groups": "vision-num-groups",
                      "client_test_size": "vision-client-test-size"}),
-    _Section("vision_model", VisionModelParams, rename={"name": "vision-model"}),
+    _Section("vision_model", VisionModelParams, rename={"name": "vision-model", "device": "vision-device"}),
     _Section("vision_train", VisionTrainSettings, rename={"learning_rate": "vision-learning-rate",
                                                           "momentum": "vision-momentum"}),
     _Section("central", CentralEvalParams, rename={"size": "central-eval-size", "mode": "vision-evaluation"}),

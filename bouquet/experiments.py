@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bouquet.launch import failed_runs, local_superlink, pool_size, toml_value
+from bouquet.launch import failed_runs, federation_config, local_superlink, pool_size, toml_value
 from bouquet.processes import check_ray_address
 from bouquet.results import RunFolder
 
@@ -109,12 +109,13 @@ def resume_point(folder: Path, run_config: Mapping[str, Any]) -> tuple[int | Non
 
 
 def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callable[[dict], str],
-             ray_address: str | None = None) -> int:
+             ray_address: str | None = None, gpus_per_client: float = 0.0) -> int:
     """Run the unfinished ``jobs`` in order; returns the number of failures.
 
     ``describe(summary)`` turns a finished run's ``summary.json`` into the text
     printed after "done in N s:".  With ``ray_address`` the simulations join that
-    Ray cluster instead of starting a private one each.
+    Ray cluster instead of starting a private one each.  Each simulated client
+    holds one CPU and ``gpus_per_client`` GPUs (:func:`bouquet.launch.federation_config`).
 
     Raises
     ------
@@ -148,7 +149,7 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
             started = time.time()
             print(f"[{index}/{len(todo)}] {job.label} {note}...", end=" ", flush=True)
             done = link.flwr_run(app_dir, run_config=str(config_file),
-                                 federation_config=f"num-supernodes={job.supernodes} client-resources-num-cpus=1",
+                                 federation_config=federation_config(job.supernodes, 1, gpus_per_client),
                                  timeout=None)
             log_file = job.folder.parent / f"{job.folder.name}.log"
             with open(log_file, "a" if resumed else "w") as log:  # a resumed run keeps the first log

@@ -35,8 +35,8 @@ from bouquet.processes import (
 if TYPE_CHECKING:
     from bouquet.config import AppConfig
 
-__all__ = ["LocalSuperLink", "app_config", "app_files", "failed_runs", "free_port", "local_superlink", "offline_env",
-           "staged_app", "unfinished_runs"]
+__all__ = ["LocalSuperLink", "app_config", "app_files", "failed_runs", "federation_config", "free_port",
+           "local_superlink", "offline_env", "staged_app", "unfinished_runs"]
 
 #: Folders never part of an app's source: git's own, and those Flower's app build leaves out itself.
 _NEVER_APP = frozenset({".git", ".venv", ".flwr", "__pycache__"})
@@ -194,6 +194,19 @@ def resume_overrides(folder: Path, run_config: str = "") -> str:
     return format_overrides(values)
 
 
+def federation_config(supernodes: int, cpus_per_client: float = 1.0, gpus_per_client: float = 0.0) -> str:
+    """Flower's ``--federation-config`` for a simulation of ``supernodes`` nodes, each Ray actor holding
+    ``cpus_per_client`` CPUs and ``gpus_per_client`` GPUs (Ray hides every GPU from an actor that holds none,
+    so a node's ``vision-device = "cuda"`` needs ``gpus_per_client`` > 0; 0.5 puts two actors on a GPU)."""
+    if supernodes < 1:
+        raise ValueError(f"need at least one SuperNode, got {supernodes}")
+    if cpus_per_client <= 0 or gpus_per_client < 0:
+        raise ValueError(f"need cpus-per-client > 0 and gpus-per-client >= 0, got {cpus_per_client:g} and "
+                         f"{gpus_per_client:g}")
+    gpus = f" client-resources-num-gpus={gpus_per_client:g}" if gpus_per_client > 0 else ""
+    return f"num-supernodes={supernodes} client-resources-num-cpus={cpus_per_client:g}{gpus}"
+
+
 #: SuperNodes of a vision run when none are given (the SCKM paper's 10-client setting).
 VISION_CLIENTS = 10
 
@@ -241,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--supernodes", type=int, default=None,
                         help="simulated SuperNodes (households); default: the size of the federated pool")
     parser.add_argument("--cpus-per-client", type=float, default=1.0)
+    parser.add_argument("--gpus-per-client", type=float, default=0.0,
+                        help="GPUs each simulated client's Ray actor holds (0.5: two a GPU); with "
+                             "vision-device=\"cuda\" or \"auto\" the vision task then trains there")
     parser.add_argument("--run-config", default="", help="overrides, e.g. 'num-server-rounds=5 seed=1'")
     parser.add_argument("--ray-address", default=None,
                         help="join this existing Ray cluster (head:port) instead of starting a private Ray")
@@ -260,7 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         args.supernodes = pool_size(Path(args.app), args.run_config)
         print(f"bouquet: {args.supernodes} SuperNodes (one per household of the pool, or the vision default)",
               flush=True)
-    federation = f"num-supernodes={args.supernodes} client-resources-num-cpus={args.cpus_per_client:g}"
+    try:
+        federation = federation_config(args.supernodes, args.cpus_per_client, args.gpus_per_client)
+    except ValueError as exc:
+        parser.exit(2, f"bouquet: {exc}\n")
     results_dir = Path(app_config(Path(args.app), args.run_config).run.results_dir).expanduser().resolve()
     before = {config.parent for config in results_dir.glob("*/config.json")}
     with tempfile.TemporaryDirectory(prefix="bouquet-link-") as workdir:

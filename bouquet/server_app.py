@@ -59,7 +59,7 @@ from bouquet.strategies.sampling import Sampler, UniformSampler
 from bouquet.strategies.selection import SketchSelection
 from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.strategies.update_selection import UpdateSelection
-from bouquet.tasks.vision import accuracy, batch_indices, make_model
+from bouquet.tasks.vision import accuracy, batch_indices, make_model, torch_device
 from bouquet.tasks.water import NAIVE_FORECASTS, LSTMForecaster, naive_metric
 
 __all__ = ["app", "build_strategy", "evaluate_every_node", "make_aggregator"]
@@ -195,6 +195,7 @@ def central_evaluation(config: AppConfig, recorder: Recorder | None = None
     torch.manual_seed(config.sampling.seed)
     model = make_model(config.vision_model.name, data.shape, len(data.classes))
     initial = ArrayRecord(model.state_dict())  # a copy: the model is then free to score others
+    model.to(torch_device(config.vision_model.device))  # initialised on the CPU: the same start on any device
     x_test, y_test = data.x_test, data.y_test
     size = config.central.size
     if 0 < size < len(y_test):

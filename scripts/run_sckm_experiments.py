@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="results/sckm")
     parser.add_argument("--ray-address", default=None,
                         help="run the simulations on this existing Ray cluster (head:port) instead of a private Ray")
+    parser.add_argument("--gpus-per-client", type=float, default=0.0,
+                        help="GPUs each simulated client holds (a profile with vision-device = \"cuda\", e.g. full)")
     return parser
 
 
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             text += f", C* {summary['c-star']}"
         return text
 
-    return 1 if run_jobs(ROOT, jobs, base / ".superlink", describe, ray_address=args.ray_address) else 0
+    return 1 if run_jobs(ROOT, jobs, base / ".superlink", describe, ray_address=args.ray_address,
+                         gpus_per_client=args.gpus_per_client) else 0
 
 
 if __name__ == "__main__":

@@ -219,3 +219,16 @@ def test_a_run_that_loses_its_simulation_process_ends_with_the_resume_command_th
     assert "bouquet: resuming" in done.stdout
     summary = (results / "stopped" / "summary.json")
     assert summary.exists(), done.stdout[-3000:]
+
+
+def test_federation_config_gives_gpus_only_when_asked_and_refuses_nonsense():
+    from bouquet.launch import federation_config, main
+
+    assert federation_config(10) == "num-supernodes=10 client-resources-num-cpus=1"
+    assert federation_config(4, 2, 0.5) == "num-supernodes=4 client-resources-num-cpus=2 client-resources-num-gpus=0.5"
+    for bad in ((0, 1, 0), (4, 0, 0), (4, 1, -1)):
+        with pytest.raises(ValueError, match="SuperNode|cpus-per-client"):
+            federation_config(*bad)
+    with pytest.raises(SystemExit) as stopped:
+        main([str(ROOT), "--supernodes", "2", "--gpus-per-client", "-1"])
+    assert stopped.value.code == 2

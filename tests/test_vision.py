@@ -188,3 +188,45 @@ def test_central_evaluation_scores_a_seeded_subset_of_the_test_set():
     assert scores == {accuracy(model, data.x_test[keep], data.y_test[keep])[0]}
     with pytest.raises(ConfigError, match="central-eval-size"):
         AppConfig.from_run_config({"task": "vision", "central-eval-size": -1})
+
+
+def test_vision_device_is_checked_and_a_missing_gpu_is_a_clear_error():
+    from bouquet.config import AppConfig, ConfigError
+    from bouquet.server_app import central_evaluation
+    from bouquet.tasks.vision import torch_device
+
+    assert AppConfig.from_run_config({"vision-device": "cuda:1"}).vision_model.device == "cuda:1"
+    assert AppConfig.from_run_config({}).vision_model.device == "cpu"  # the default: nothing moves
+    for bad in ("gpu", "cuda:x", "CPU", ""):
+        with pytest.raises(ConfigError, match="vision-device"):
+            AppConfig.from_run_config({"vision-device": bad})
+    assert torch_device("cpu") == torch.device("cpu")
+    assert torch_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if torch.cuda.is_available():
+        assert torch_device("cuda:0") == torch.device("cuda:0")
+    else:  # what CI and a CPU-only edge box see: the server refuses before any round
+        with pytest.raises(RuntimeError, match="vision-device='cuda'.*client-resources-num-gpus"):
+            torch_device("cuda")
+        with pytest.raises(RuntimeError, match="sees no CUDA device"):
+            central_evaluation(AppConfig.from_run_config({"task": "vision", "vision-device": "cuda"}))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
+@pytest.mark.parametrize("name", ["cnn-gn", "vgg16-bn"])
+def test_on_cuda_the_vision_task_trains_sketches_and_scores_as_on_the_cpu(name):
+    """The same training steps, sketch and accuracy on both devices (cuDNN's kernels differ in the last bits)."""
+    from bouquet.tasks.vision import torch_device
+
+    x = np.random.default_rng(0).integers(0, 256, size=(64, 3, 32, 32), dtype=np.uint8)
+    y = np.random.default_rng(1).integers(0, 10, size=64)
+    results = []
+    for device in ("cpu", "cuda"):
+        torch.manual_seed(0)
+        model = make_model(name, (3, 32, 32), 10).to(torch_device(device))
+        loss = train_batches(model, x, y, VisionTrainSettings(3, 16, 0.01, 0.0), np.random.default_rng(2))
+        sketch, sketch_loss, _ = gradient_sketch(model, batch_at(x, y, 16, np.random.default_rng(3)), 0.01, [0, 1])
+        results.append((loss, sketch, sketch_loss, accuracy(model, x, y)))
+    (cpu_loss, cpu_sketch, cpu_sketch_loss, cpu_acc), (gpu_loss, gpu_sketch, gpu_sketch_loss, gpu_acc) = results
+    assert gpu_loss == pytest.approx(cpu_loss, rel=1e-3) and gpu_sketch_loss == pytest.approx(cpu_sketch_loss, rel=1e-3)
+    np.testing.assert_allclose(gpu_sketch, cpu_sketch, rtol=1e-2, atol=1e-4)
+    assert gpu_acc[1] == pytest.approx(cpu_acc[1], rel=1e-3)

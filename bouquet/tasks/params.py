@@ -8,11 +8,12 @@ both tasks, so both classes take their default from :data:`DEFAULT_BATCH_SIZE`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from bouquet.params import require
 
-__all__ = ["DEFAULT_BATCH_SIZE", "EVALUATIONS", "FORECAST_BASELINES", "FORECAST_LOSSES", "MODELS",
+__all__ = ["DEFAULT_BATCH_SIZE", "DEVICES", "EVALUATIONS", "FORECAST_BASELINES", "FORECAST_LOSSES", "MODELS",
            "PERFEDAVG_VARIANTS", "CentralEvalParams", "LSTMParams", "PerFedAvgSettings", "TrainSettings",
            "VisionModelParams", "VisionTrainSettings"]
 
@@ -20,6 +21,8 @@ __all__ = ["DEFAULT_BATCH_SIZE", "EVALUATIONS", "FORECAST_BASELINES", "FORECAST_
 DEFAULT_BATCH_SIZE = 32
 #: Image classifiers of the vision task.
 MODELS = ("cnn", "cnn-gn", "vgg16", "vgg16-bn")
+#: Where the vision task's models compute (``vision-device``; also ``cuda:N``).
+DEVICES = ("cpu", "cuda", "auto")
 #: What the water forecaster's output is added to (``LSTMParams.baseline``).
 FORECAST_BASELINES = ("none", "window-mean", "window-median")
 #: Training losses of the water forecaster (``TrainSettings.loss``); the paper's is ``mse``.
@@ -134,12 +137,20 @@ class VisionModelParams:
     name : {"cnn", "cnn-gn", "vgg16", "vgg16-bn"}, default "cnn"
         A small CPU-friendly CNN (two blocks, or three with GroupNorm), or the paper's CIFAR-style VGG-16
         (32 x 32 images), without or with batch norm.
+    device : {"cpu", "cuda", "cuda:N", "auto"}, default "cpu"
+        Where each node (training, sketches, losses) and the server (central evaluation) run the model
+        (``vision-device``); ``auto`` takes CUDA where torch sees a device, else the CPU.  Models travel
+        as numpy arrays either way.  In Flower's simulation a node sees a GPU only when its Ray actor
+        holds one (``client-resources-num-gpus``; ``python -m bouquet.launch --gpus-per-client``).
     """
 
     name: str = "cnn"
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         require(self.name in MODELS, "name", f"vision-model must be one of {MODELS}, got {self.name!r}")
+        require(self.device in DEVICES or re.fullmatch(r"cuda:\d+", self.device) is not None, "device",
+                f"vision-device must be one of {DEVICES} or cuda:N, got {self.device!r}")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,9 @@ Models (``vision-model``):
 
 Clients train a fixed number of mini-batches per round (SGD), the SCKM
 paper's protocol; :func:`gradient_sketch` computes the loss and the sampled
-gradient coordinates at the received model.
+gradient coordinates at the received model.  Every function here computes
+on the device the model's parameters are on (``vision-device``,
+:func:`torch_device`); batches are built on the CPU and moved there.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ __all__ = [
     "gradient_sketch",
     "make_model",
     "to_tensor",
+    "torch_device",
     "train_batches",
 ]
 
@@ -183,6 +186,29 @@ def make_model(name: str, shape: tuple[int, int, int], num_classes: int) -> nn.M
     raise ValueError(f"vision-model must be one of {MODELS}, got {name!r}")
 
 
+def torch_device(name: str) -> torch.device:
+    """The torch device of a ``vision-device`` value: ``auto`` is CUDA where torch sees one, else the CPU.
+
+    Raises
+    ------
+    RuntimeError
+        ``cuda`` or ``cuda:N`` asked for where torch sees no CUDA device (a CPU build of torch, no driver,
+        or, in Flower's simulation, a node whose Ray actor holds no GPU).
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"vision-device={name!r}, but torch {torch.__version__} sees no CUDA device here "
+                           f"(CUDA build: {torch.version.cuda}); in a simulation, give each client a GPU with "
+                           "client-resources-num-gpus (python -m bouquet.launch --gpus-per-client)")
+    return torch.device(name)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device ``model``'s parameters are on."""
+    return next(model.parameters()).device
+
+
 def to_tensor(images: np.ndarray) -> torch.Tensor:
     """uint8 images (N, C, H, W) -> float32 in [0, 1]."""
     return torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32) / 255.0)
@@ -206,10 +232,11 @@ def train_batches(model: nn.Module, x: np.ndarray, y: np.ndarray, settings: Visi
     if len(y) == 0:
         raise ValueError("this client has no training images")
     model.train()
+    device = model_device(model)
     optimiser = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum)
     losses = []
     for _ in range(settings.local_batches):
-        xb, yb = batch_at(x, y, settings.batch_size, rng)
+        xb, yb = (t.to(device) for t in batch_at(x, y, settings.batch_size, rng))
         optimiser.zero_grad()
         loss = nn.functional.cross_entropy(model(xb), yb)
         (loss if penalty is None else loss + penalty(model)).backward()
@@ -222,10 +249,11 @@ def train_batches(model: nn.Module, x: np.ndarray, y: np.ndarray, settings: Visi
 def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 512) -> tuple[float, float]:
     """(accuracy in [0, 1], mean cross-entropy) of ``model`` on ``(x, y)``."""
     model.eval()
+    device = model_device(model)
     correct, total_loss = 0, 0.0
     for start in range(0, len(y), batch_size):
-        xb = to_tensor(x[start:start + batch_size])
-        yb = torch.from_numpy(y[start:start + batch_size])
+        xb = to_tensor(x[start:start + batch_size]).to(device)
+        yb = torch.from_numpy(y[start:start + batch_size]).to(device)
         logits = model(xb)
         total_loss += float(nn.functional.cross_entropy(logits, yb, reduction="sum"))
         correct += int((logits.argmax(dim=1) == yb).sum())
@@ -252,11 +280,11 @@ def gradient_sketch(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], 
     params = [p for _, p in model.named_parameters() if p.requires_grad]
     model.zero_grad()
     model.train()
-    xb, yb = batch
+    xb, yb = (t.to(params[0].device) for t in batch)
     loss = loss_fn(model(xb), yb)
     grads = torch.autograd.grad(loss, params)
     picks = sketch_indices([p.numel() for p in params], fraction, seed)
-    pieces = [g.detach().reshape(-1).numpy()[idx] for g, idx in zip(grads, picks)]
+    pieces = [g.detach().reshape(-1).cpu().numpy()[idx] for g, idx in zip(grads, picks)]
     return np.concatenate(pieces).astype(np.float32), float(loss.detach()), [len(i) for i in picks]
 
 
@@ -341,7 +369,9 @@ class VisionTask:
         return len(self.y)
 
     def new_model(self) -> nn.Module:
-        return make_model(self.model.name, self.images.shape, self.images.num_classes)
+        """A fresh model of the run's architecture on the run's ``vision-device``."""
+        return make_model(self.model.name, self.images.shape, self.images.num_classes).to(
+            torch_device(self.model.device))
 
     def training_batch(self, batch_size: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return batch_at(self.x, self.y, batch_size, rng)
