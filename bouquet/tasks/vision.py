@@ -280,7 +280,7 @@ def gradient_sketch(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], 
     params = [p for _, p in model.named_parameters() if p.requires_grad]
     model.zero_grad()
     model.train()
-    xb, yb = (t.to(params[0].device) for t in batch)
+    xb, yb = (t.to(model_device(model)) for t in batch)
     loss = loss_fn(model(xb), yb)
     grads = torch.autograd.grad(loss, params)
     picks = sketch_indices([p.numel() for p in params], fraction, seed)
