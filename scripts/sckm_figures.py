@@ -43,7 +43,10 @@ setting, arm and seed) and writes:
   classes covered by a round's trained clients, the loss rank of the chosen
   among the candidates (1 = highest loss; empty where the arm asked no
   losses), rounds that re-use a client of the previous round, and distinct
-  clients over the run; per run in the CSV, per setting and arm in ``.md``.
+  clients over the run; per run in the CSV, per setting and arm in ``.md``;
+  with ``--variants`` also ``coverage_vs_accuracy``: per setting, the Spearman
+  correlation across arms between classes covered and the accuracy of the
+  last 50 rounds.
 """
 
 from __future__ import annotations
@@ -430,6 +433,30 @@ def selection_facts(base: Path, out: Path, extra: list[Path] | None = None) -> p
     return facts
 
 
+def coverage_correlation(runs: pd.DataFrame, facts: pd.DataFrame, out: Path) -> pd.DataFrame:
+    """Whether a selector's accuracy follows how many classes its clients cover: per setting, the Spearman
+    correlation across arms between the classes covered a round and the accuracy (%) of the last
+    :data:`LONG_TAIL_ROUNDS` rounds (each the mean over the arm's seeds), with and without FedCor (the best
+    arm, which could make the correlation alone); ``coverage_vs_accuracy.csv``."""
+    from scipy import stats
+
+    last = int(runs["round"].max())
+    tail = (runs[runs["round"] > last - LONG_TAIL_ROUNDS].groupby(["setting", "arm", "seed"])["accuracy"].mean()
+            .groupby(["setting", "arm"]).mean())
+    coverage = facts.groupby(["setting", "arm"])["classes-covered"].mean()
+    both = pd.DataFrame({"accuracy": tail, "coverage": coverage}).dropna().reset_index()
+    rows = []
+    for setting, part in both.groupby("setting"):
+        row = {"setting": setting, "arms": len(part)}
+        for suffix, arms in (("", part), ("_without_fedcor", part[~part["arm"].str.startswith("fedcor")])):
+            rho, p_value = stats.spearmanr(arms["coverage"], arms["accuracy"]) if len(arms) > 2 else (np.nan,) * 2
+            row[f"spearman{suffix}"], row[f"p{suffix}"] = float(rho), float(p_value)
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "coverage_vs_accuracy.csv", index=False)
+    return table
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     out = args.out or Path("docs/figures") / f"sckm-{args.base.name}"
@@ -447,7 +474,9 @@ def main(argv: list[str] | None = None) -> None:
     clusters_figure(runs, out)
     rounds_to_target(runs, out)
     # read before selection_facts rewrites out/selection_facts.csv (which may be one of them)
-    selection_facts(args.base, out, [path.parent / "selection_facts.csv" for path in args.add_runs])
+    facts = selection_facts(args.base, out, [path.parent / "selection_facts.csv" for path in args.add_runs])
+    if args.variants and facts is not None:
+        coverage_correlation(runs, facts, out)
     print((out / "table.md").read_text())
     print(f"figures and CSVs in {out}")
 

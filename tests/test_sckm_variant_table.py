@@ -98,3 +98,20 @@ def test_versus_random_pairs_each_arm_with_random_of_the_same_seed(tmp_path):
     assert list(written.columns) == ["variant", "shards", "budget", "pairs", "diff_last5_mean", "diff_last5_ci95",
                                      "diff_last50_mean", "diff_last50_ci95", "above_last50"]
     assert "| x | 5 | 2 | +4.50 +- 69.88 | +1.35 +- " in (tmp_path / "versus_random.md").read_text()
+
+
+def test_coverage_correlation_ranks_arms_by_classes_covered_and_late_accuracy(tmp_path):
+    figures = script("sckm_figures")
+    arms = {"random": (3.4, 25.0), "a": (3.0, 20.0), "b": (3.2, 24.0), "fedcor-gp": (3.8, 33.0), "c": (3.1, 26.0)}
+    runs = pd.DataFrame([{"setting": "c10-s2-b2", "arm": arm, "seed": seed, "round": rnd,
+                          "accuracy": acc + seed if rnd > 10 else 0.0}
+                         for arm, (_, acc) in arms.items() for seed in (0, 1) for rnd in range(61)])
+    facts = pd.DataFrame([{"setting": "c10-s2-b2", "arm": arm, "seed": seed, "classes-covered": cov}
+                          for arm, (cov, _) in arms.items() for seed in (0, 1)])
+    table = figures.coverage_correlation(runs, facts, tmp_path).iloc[0]
+    # coverage order a < c < b < random < fedcor, accuracy order a < b < random < c < fedcor: one swap in 5
+    assert table["arms"] == 5
+    assert table["spearman"] == pytest.approx(1 - 6 * (0 + 1 + 1 + 4 + 0) / (5 * 24))
+    # without fedcor: a < c < b < random against a < b < random < c
+    assert table["spearman_without_fedcor"] == pytest.approx(1 - 6 * (0 + 4 + 1 + 1) / (4 * 15))
+    assert (tmp_path / "coverage_vs_accuracy.csv").exists()
