@@ -1,5 +1,6 @@
 """Vision data (digits, ImageFolder, shards, Dirichlet) and the vision task (models, SGD, sketches)."""
 
+import shutil
 import tarfile
 
 import numpy as np
@@ -85,6 +86,71 @@ def test_image_folder_and_its_tarball_load_with_sorted_classes(tmp_path):
         tar.add(tmp_path / "imgs", arcname="my-images")
     packed = load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "imgs.tar.gz")))
     np.testing.assert_array_equal(packed.x_train, data.x_train)
+
+
+def _load_packed(path, queue):
+    data = load_images(VisionDataConfig(dataset="imagefolder", path=path))
+    queue.put((data.x_train.tobytes(), data.y_train.tolist(), data.classes))
+
+
+def _tarball(tmp_path, per=3):
+    _image_folder(tmp_path / "imgs", per=per)
+    with tarfile.open(tmp_path / "imgs.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "imgs", arcname="my-images")
+    return tmp_path / "imgs.tar.gz"
+
+
+def test_a_tarball_is_never_visible_half_extracted(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BOUQUET_CACHE_DIR", str(cache))
+    packed = _tarball(tmp_path)
+    seen = []
+    original = tarfile.TarFile.extractall
+
+    def watching(self, path, *args, **kwargs):
+        seen.append(sorted(p.name for p in cache.iterdir()))  # what another run would find mid-extraction
+        return original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(tarfile.TarFile, "extractall", watching)
+    data = load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    assert len(seen) == 1 and all(not name.startswith("images-") or name.endswith(".partial") for name in seen[0])
+    left = sorted(p.name for p in cache.iterdir())
+    assert len(left) == 2 and left[1] == left[0] + ".npz"  # the whole folder and the decoded cache, nothing else
+    assert (cache / left[0] / ".complete").exists() and data.x_train.shape == (6, 3, 6, 6)
+
+
+def test_an_extraction_cut_short_is_redone(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BOUQUET_CACHE_DIR", str(cache))
+    packed = _tarball(tmp_path)
+    first = load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    folder = next(p for p in cache.iterdir() if p.is_dir())
+    (folder / ".complete").unlink()  # as an older bouquet left it when killed mid-extraction
+    shutil.rmtree(folder / "my-images" / "test")
+    next(cache.glob("*.npz")).unlink()
+    again = load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    np.testing.assert_array_equal(again.x_test, first.x_test)
+    assert (folder / ".complete").exists() and not list(cache.glob("*.partial"))
+
+
+def test_runs_that_load_a_new_tarball_together_all_get_it_whole(tmp_path, monkeypatch):
+    import multiprocessing
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BOUQUET_CACHE_DIR", str(cache))  # inherited by the spawned processes
+    packed = _tarball(tmp_path, per=40)
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_load_packed, args=(str(packed), queue)) for _ in range(4)]
+    for proc in procs:
+        proc.start()
+    results = [queue.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    alone = load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    assert all(r == (alone.x_train.tobytes(), alone.y_train.tolist(), alone.classes) for r in results)
+    assert len(list(cache.iterdir())) == 2  # one folder, one .npz: no partial copies or temporary files left
 
 
 def test_image_folder_errors_are_clear(tmp_path):

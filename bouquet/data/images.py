@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,9 +163,10 @@ def _image_folder(source: Path) -> ImageData:
     x_tr, y_tr = _decode(train, classes)
     x_te, y_te = _decode(test, classes)
     cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(".tmp.npz")
+    # a name of this process's own: two runs that load a new source at once must not write one file
+    tmp = cached.with_name(f"{cached.stem}.{os.getpid()}.tmp.npz")
     np.savez(tmp, x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te, classes=np.array(classes))
-    tmp.replace(cached)
+    os.replace(tmp, cached)
     return ImageData(x_tr, y_tr, x_te, y_te, classes)
 
 
@@ -177,13 +179,28 @@ def _find_split(root: Path, name: str) -> Path:
 
 
 def _extracted(archive: Path, key: str) -> Path:
+    """Extract ``archive`` once into the cache; the folder appears whole or not at all.
+
+    Each process extracts into a folder of its own and renames it into place, so
+    runs that start together on a new archive never read, or write into, one
+    another's half-extracted files; the one that renames last drops its copy.
+    """
     target = _cache_dir() / f"images-{key}"
-    if not (target / ".complete").exists():
-        log.info("extracting %s into %s (once)", archive, target)
-        target.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(archive) as tar:
-            tar.extractall(target, filter="data")
-        (target / ".complete").touch()
+    if (target / ".complete").exists():
+        return target
+    log.info("extracting %s into %s (once)", archive, target)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(partial, filter="data")
+    (partial / ".complete").touch()
+    if target.exists() and not (target / ".complete").exists():
+        shutil.rmtree(target, ignore_errors=True)  # left by an extraction that was cut short
+    try:
+        partial.rename(target)
+    except OSError:  # another process put its whole copy there first
+        shutil.rmtree(partial, ignore_errors=True)
     return target
 
 
