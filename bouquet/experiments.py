@@ -31,7 +31,7 @@ from bouquet.processes import check_ray_address
 from bouquet.results import RunFolder
 
 __all__ = ["Job", "layered_run_config", "load_layer", "load_profile", "naive_client_errors", "naive_client_forecasts",
-           "resume_point", "run_jobs", "toml_value"]
+           "prepare_image_caches", "resume_point", "run_jobs", "toml_value"]
 
 
 def load_layer(root: Path, kind: str, name: str) -> dict[str, Any]:
@@ -108,6 +108,27 @@ def resume_point(folder: Path, run_config: Mapping[str, Any]) -> tuple[int | Non
     return checkpoint.server_round, ""
 
 
+def prepare_image_caches(jobs: Sequence[Job]) -> None:
+    """Decode each image source the ``jobs`` read (``vision-dataset = "imagefolder"``) into the cache, here.
+
+    The first load of a ``.tar.gz`` extracts and decodes it (CIFAR-10: 60,000
+    JPEGs, about a minute on one core).  Done inside a ``flwr run`` that load is
+    the ServerApp's first work, while Flower's task heartbeat must keep being
+    acknowledged; a study run that failed with "No heartbeat received from the
+    task" 73 s after it started was doing it (docs/RELIABILITY.md).  Done once
+    before the runs, every run reads the decoded ``.npz``.
+    """
+    from bouquet.data.images import VisionDataConfig, load_images
+
+    paths = sorted({str(job.run_config["vision-data-path"]) for job in jobs
+                    if job.run_config.get("vision-dataset") == "imagefolder" and job.run_config.get("vision-data-path")})
+    for path in paths:
+        started = time.time()
+        print(f"image cache for {path} ...", end=" ", flush=True)
+        data = load_images(VisionDataConfig(dataset="imagefolder", path=path))
+        print(f"{len(data.y_train)} + {len(data.y_test)} images ready in {time.time() - started:.0f} s", flush=True)
+
+
 def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callable[[dict], str],
              ray_address: str | None = None, gpus_per_client: float = 0.0) -> int:
     """Run the unfinished ``jobs`` in order; returns the number of failures.
@@ -130,6 +151,7 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
     started_all = time.time()
     if not todo:
         return 0
+    prepare_image_caches(todo)
     with local_superlink(workdir, env={"RAY_ADDRESS": ray_address} if ray_address else None) as link:
         for index, job in enumerate(todo, start=1):
             config = {**job.run_config, "results-dir": str(job.folder.parent), "run-name": job.folder.name}

@@ -297,3 +297,19 @@ def test_on_cuda_the_vision_task_trains_sketches_and_scores_as_on_the_cpu(name):
     assert gpu_loss == pytest.approx(cpu_loss, rel=1e-3) and gpu_sketch_loss == pytest.approx(cpu_sketch_loss, rel=1e-3)
     np.testing.assert_allclose(gpu_sketch, cpu_sketch, rtol=1e-2, atol=1e-4)
     assert gpu_acc[1] == pytest.approx(cpu_acc[1], rel=1e-3)
+
+
+def test_runners_decode_each_image_source_once_before_any_run(tmp_path, monkeypatch, capsys):
+    from bouquet.experiments import Job, prepare_image_caches
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BOUQUET_CACHE_DIR", str(cache))
+    packed = _tarball(tmp_path)
+    config = {"vision-dataset": "imagefolder", "vision-data-path": str(packed)}
+    jobs = [Job(f"arm {i}", dict(config), tmp_path / f"run-{i}", 10) for i in range(3)]
+    jobs.append(Job("digits", {"vision-dataset": "digits"}, tmp_path / "run-d", 10))
+    prepare_image_caches(jobs)
+    assert capsys.readouterr().out.count("images ready") == 1  # one source, three jobs
+    assert len(list(cache.glob("images-*.npz"))) == 1
+    prepare_image_caches(jobs[3:])  # no image folder: nothing to do, nothing printed
+    assert capsys.readouterr().out == ""
