@@ -313,3 +313,22 @@ def test_runners_decode_each_image_source_once_before_any_run(tmp_path, monkeypa
     assert len(list(cache.glob("images-*.npz"))) == 1
     prepare_image_caches(jobs[3:])  # no image folder: nothing to do, nothing printed
     assert capsys.readouterr().out == ""
+
+
+def test_an_archive_is_cached_by_its_content(tmp_path, monkeypatch):
+    import os
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BOUQUET_CACHE_DIR", str(cache))
+    packed = _tarball(tmp_path)
+    load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    os.utime(packed, (1, 1))  # a new mtime, as a re-mounted read-only share gives: the same cache
+    copy = tmp_path / "elsewhere.tar.gz"
+    shutil.copy(packed, copy)
+    load_images(VisionDataConfig(dataset="imagefolder", path=str(copy)))
+    assert len(list(cache.glob("images-*.npz"))) == 1
+    with tarfile.open(packed, "w:gz") as tar:  # other content: a new entry
+        tar.add(tmp_path / "imgs" / "train", arcname="my-images/train")
+        tar.add(tmp_path / "imgs" / "train", arcname="my-images/test")
+    load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    assert len(list(cache.glob("images-*.npz"))) == 2

@@ -11,7 +11,8 @@ Sources (``vision-dataset``):
     ``<root>/test/<class>/*.jpg`` (classes in sorted order), or a ``.tar.gz``
     of it (e.g. ``../shared/data/cifar10/cifar10-jpeg.tar.gz``), extracted
     once into the cache.  Decoded images are cached as one ``.npz`` per
-    source (the cache dir is ``$BOUQUET_CACHE_DIR`` or ``~/.cache/bouquet``).
+    archive content (per path for a folder; the cache dir is
+    ``$BOUQUET_CACHE_DIR`` or ``~/.cache/bouquet``).
 
 Partitions (``vision-partitioner``):
 
@@ -149,8 +150,7 @@ def _digits(seed: int) -> ImageData:
 def _image_folder(source: Path) -> ImageData:
     if not source.exists():
         raise FileNotFoundError(f"image data not found: {source}")
-    stat = source.stat()
-    key = hashlib.sha256(f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = _source_key(source)
     cached = _cache_dir() / f"images-{key}.npz"
     if cached.exists():
         with np.load(cached) as z:
@@ -168,6 +168,19 @@ def _image_folder(source: Path) -> ImageData:
     np.savez(tmp, x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te, classes=np.array(classes))
     os.replace(tmp, cached)
     return ImageData(x_tr, y_tr, x_te, y_te, classes)
+
+
+def _source_key(source: Path) -> str:
+    """Cache key: an archive's content (a copy, or the same file with a new mtime, hits the cache), a folder's path and stat."""
+    digest = hashlib.sha256()
+    if source.is_file():
+        with source.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    else:
+        stat = source.stat()
+        digest.update(f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
 
 
 def _find_split(root: Path, name: str) -> Path:
