@@ -172,15 +172,11 @@ def _image_folder(source: Path) -> ImageData:
 
 def _source_key(source: Path) -> str:
     """Cache key: an archive's content (a copy, or the same file with a new mtime, hits the cache), a folder's path and stat."""
-    digest = hashlib.sha256()
     if source.is_file():
         with source.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    else:
-        stat = source.stat()
-        digest.update(f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
-    return digest.hexdigest()[:16]
+            return hashlib.file_digest(handle, "sha256").hexdigest()[:16]
+    stat = source.stat()
+    return hashlib.sha256(f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
 
 
 def _find_split(root: Path, name: str) -> Path:
