@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 _MODEL = "model:"  # checkpoint groups: "model:<store key>" per model, _STATE for the state's arrays
 _STATE = "state-arrays"
+_AGGREGATOR = "aggregator:"  # an aggregator's own arrays (a server optimiser's moments), per group
 _PHASES = ("train_metrics_clientapp", "evaluate_metrics_clientapp", "evaluate_metrics_serverapp")
 
 
@@ -83,6 +84,7 @@ def save_checkpoint(strategy: Any, result: Result, run_folder: str | Path, extra
     meta = {**extra, "seed": state.seed, "state": named, "result": _result_to_json(result),
             "files": snapshot_files(run_folder), "num-nodes": len(keys)}
     models = {f"{_MODEL}{key}": to_numpy(record) for key, record in state.models.items()}
+    models |= {f"{_AGGREGATOR}{key}": dict(arrays) for key, arrays in state.aggregator.items()}
     models[_STATE] = state_arrays
     return write_checkpoint(run_folder, state.server_round, meta, models, keep=keep)
 
@@ -117,8 +119,11 @@ def restore(strategy: Any, grid: Grid, checkpoint: Checkpoint) -> Result:
     state = join_arrays(keys_to_nodes(meta["state"], keys), checkpoint.models.get(_STATE, {}))
     models = {key.removeprefix(_MODEL): to_record(arrays) for key, arrays in checkpoint.models.items()
               if key.startswith(_MODEL)}
+    aggregator = {key.removeprefix(_AGGREGATOR): arrays for key, arrays in checkpoint.models.items()
+                  if key.startswith(_AGGREGATOR)}
     strategy.load_state(ServerState(server_round=checkpoint.server_round, seed=int(meta["seed"]), models=models,
-                                    store=state["store"], nodes=state["nodes"], sampler=state["sampler"]))
+                                    store=state["store"], nodes=state["nodes"], sampler=state["sampler"],
+                                    aggregator=aggregator))
     log.info("resumed from %s: round %d done, %d nodes mapped to this run's node ids", checkpoint.path,
              checkpoint.server_round, len(connected))
     return _result_from_json(meta.get("result", {}))

@@ -112,9 +112,10 @@ class BouquetStrategy(Strategy):
 
     def state(self) -> ServerState:
         """The whole server state after the last completed round."""
+        arrays = getattr(self.aggregator, "state_arrays", None)  # only aggregators with state of their own
         return ServerState(server_round=self.server_round, seed=self.seed, models=dict(self.models.state_records()),
                            store=self.models.state_dict(), nodes=self.nodes.state_dict(),
-                           sampler=self.sampler.state_dict())
+                           sampler=self.sampler.state_dict(), aggregator=arrays() if arrays is not None else {})
 
     def load_state(self, state: ServerState) -> None:
         """Go on from ``state`` (a strategy built with the same parts and parameters)."""
@@ -124,6 +125,11 @@ class BouquetStrategy(Strategy):
         self.models.load_state(state.models, state.store)
         self.nodes.load_state_dict(state.nodes)
         self.sampler.load_state_dict(state.sampler)
+        load = getattr(self.aggregator, "load_state_arrays", None)
+        if load is not None:
+            load(state.aggregator)
+        elif state.aggregator:
+            raise ValueError("the state holds an aggregator's arrays, but this strategy's aggregator keeps none")
 
     def _emit(self, event: RoundEvent) -> None:
         for observer in self.observers:
