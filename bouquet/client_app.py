@@ -11,6 +11,12 @@ partition-id, so that the server samples the same clients every run: :mod:`bouqu
 cluster, :mod:`bouquet.losses`) and, when a training message asks for it (piggyback selection),
 attaches a sketch to its training reply.  In a benchmark with known groups its replies name its group.
 
+Personalisation (water task; :class:`bouquet.tasks.params.PersonalParams`): ``personalize-epochs``
+fine-tunes the served model before each evaluation; ``personal-layers = "head"`` keeps the output layer on
+the node (the reply carries the head it was sent); ``ditto-lambda`` trains a personal model beside the
+federated one.  Personal state lives in the node's ``context.state``, backed by the node's own files
+(:mod:`bouquet.personal_state`), so a node that restarts and a resumed run find it again.
+
 The node's identity comes from ``context.node_config`` in simulation and from
 ``flower-supernode --node-config "partition-id=K data-path=..."`` in deployment, where ``data-path``
 names the node's own data file (it overrides the run config's ``data-path``, so no data travels from the
@@ -30,8 +36,9 @@ from bouquet.config import AppConfig
 from bouquet.flower_logging import route_to_flower
 from bouquet.losses import register_loss_query
 from bouquet.node_identity import node_config_ints, partition_id, register_identity_query
+from bouquet.personal_state import PersonalRun, load_personal, save_personal
 from bouquet.sketching import SketchRequest, register_sketch_query, sketch_records
-from bouquet.tasks.base import Task, task_loss
+from bouquet.tasks.base import Task, head_keys, task_loss
 from bouquet.tasks.vision import VisionTask
 from bouquet.tasks.water import WaterTask
 
@@ -50,7 +57,7 @@ def node_task(config: AppConfig, context: Context) -> Task:
     data_path = context.node_config.get("data-path")
     perfedavg = config.perfedavg_settings() if config.spec.family == "perfedavg" else None
     return WaterTask.for_node(config.water_data, config.water_model, config.water_train, perfedavg,
-                              partition_id(context), None if data_path is None else str(data_path))
+                              partition_id(context), None if data_path is None else str(data_path), config.personal)
 
 
 def _task(context: Context) -> Task:
@@ -116,6 +123,43 @@ register_loss_query(app, model_fn=lambda context: _task(context).new_model(),
                     seed_fn=partition_id)
 
 
+def _personal_run(config: AppConfig, message_config: ConfigRecord) -> PersonalRun | None:
+    """The run a stateful personalisation's state belongs to (named by the server), else None."""
+    if not config.personal.stateful:
+        return None
+    run = PersonalRun.from_config(message_config)
+    if run is None:
+        raise ValueError("personal-layers / ditto-lambda keep state per run, but the message names no run "
+                         "('personal-run' in its config; bouquet's ServerApp sends it)")
+    return run
+
+
+def _numpy_state(model: torch.nn.Module, keys: list[str] | None = None) -> dict[str, np.ndarray]:
+    state = model.state_dict()
+    return {k: state[k].detach().cpu().numpy().copy() for k in (keys if keys is not None else state)}
+
+
+def _with_personal(task: Task, config: AppConfig, model: torch.nn.Module, personal: dict[str, np.ndarray] | None
+                   ) -> torch.nn.Module:
+    """The model a node uses: its personal head over the served body, or its Ditto model (the served model
+    until it has one)."""
+    if personal is None:
+        return model
+    tensors = {k: torch.from_numpy(v) for k, v in personal.items()}
+    if config.personal.ditto_lambda > 0:
+        own = task.new_model()
+        own.load_state_dict(tensors)
+        return own
+    model.load_state_dict(tensors, strict=False)
+    return model
+
+
+def _save_personal(config: AppConfig, context: Context, run: PersonalRun, server_round: int,
+                   arrays: dict[str, np.ndarray]) -> None:
+    save_personal(context, run, server_round, arrays, config.checkpoint, config.run.num_server_rounds,
+                  config.personal.state_dir)
+
+
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Local training from the received global model (E epochs of Adam, or local-batches of SGD).
@@ -134,10 +178,24 @@ def train(msg: Message, context: Context) -> Message:
     request = SketchRequest.from_config(train_config)
     received = _loaded(task, arrays) if request is not None else None
     server_round = int(train_config.get("server-round", 0))
+    run = _personal_run(config, train_config)
+    personal = load_personal(context, run, server_round - 1, config.personal.state_dir) if run else None
+    if config.personal.layers == "head":
+        model = _with_personal(task, config, model, personal)
     rng = np.random.default_rng([config.sampling.seed, server_round, task.partition_id])
     torch.manual_seed(int(rng.integers(2**31)))
     loss = task.train(model, rng, float(train_config.get("proximal-mu", 0.0)))  # proximal-mu: sent by FedProx
     trained = ArrayRecord(model.state_dict())
+    if run is not None and config.personal.layers == "head":  # the trained head stays here; the served one goes back
+        head = head_keys(model)
+        _save_personal(config, context, run, server_round, _numpy_state(model, head))
+        trained = ArrayRecord({k: arrays[k] if k in head else Array(v) for k, v in _numpy_state(model).items()})
+    elif run is not None:  # Ditto: the personal model's own step, pulled toward the served model
+        own = _with_personal(task, config, _loaded(task, arrays), personal)
+        ditto = np.random.default_rng([config.sampling.seed, server_round, task.partition_id, 4])
+        torch.manual_seed(int(ditto.integers(2**31)))
+        task.train_personal(own, _loaded(task, arrays), ditto)
+        _save_personal(config, context, run, server_round, _numpy_state(own))
     if attacker and config.attack.attack in MODEL_ATTACKS:
         noise = np.random.default_rng([config.sampling.seed, server_round, task.partition_id, 2])
         trained = ArrayRecord(_poison_model(model, arrays, config.attack, noise))
@@ -153,14 +211,20 @@ def train(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """Held-out MSE/MAE (scaled and in litres/day) of the received model; the final one adds the forecasts and
-    the naive forecasters' MAE on the same test windows (``naive-*``)."""
+    """Held-out MSE/MAE (scaled and in litres/day) of the received model (with the node's personal head or
+    Ditto model, fine-tuned first with ``personalize-epochs``), on the test windows and on the validation
+    windows (``val-*``); the final one adds the forecasts and the naive forecasters' MAE on the same windows
+    (``naive-*``, ``naive-val-*``)."""
     config = AppConfig.from_run_config(context.run_config)
     task = node_task(config, context)
     model = _loaded(task, msg.content["arrays"])
     server_round = int(msg.content["config"].get("server-round", 0))
     rng = np.random.default_rng([config.sampling.seed, server_round, task.partition_id, 1])
     final = bool(msg.content["config"].get("final", False))
+    run = _personal_run(config, msg.content["config"])
+    if run is not None:  # the final evaluation comes after every round
+        upto = config.run.num_server_rounds if final else server_round
+        model = _with_personal(task, config, model, load_personal(context, run, upto, config.personal.state_dir))
     metrics = {**task.evaluate(model, rng), **(task.naive() if final else {})}  # naive baselines: final only
     content = RecordDict({"metrics": MetricRecord(metrics), "info": _info(task, _attacker_flag(config, context, task))})
     forecasts = task.forecasts(model) if final else None

@@ -26,6 +26,7 @@ from typing import Any
 from bouquet.algorithms.attacks import AttackParams
 from bouquet.algorithms.clustered import CFLParams, IFCAParams
 from bouquet.algorithms.coalitions_fixed_k import FIXED_K_GEOMETRIES, FixedKParams
+from bouquet.algorithms.fedopt import ServerOptParams
 from bouquet.algorithms.hk import HKParams
 from bouquet.algorithms.selection import (
     SELECTORS,
@@ -53,9 +54,11 @@ from bouquet.strategies.params import (
 )
 from bouquet.tasks.params import (
     PERFEDAVG_VARIANTS,
+    PROFILE_BASELINES,
     CentralEvalParams,
     LSTMParams,
     PerFedAvgSettings,
+    PersonalParams,
     TrainSettings,
     VisionModelParams,
     VisionTrainSettings,
@@ -137,8 +140,8 @@ class RunParams:
         Seconds the server waits for a round's replies; a node that has not answered is reported lost.
     forecaster : {"paper", "improved"}, default "paper"
         The water forecaster's preset (:data:`FORECASTERS`): ``paper`` leaves every forecaster key as
-        given; ``improved`` sets the keys it bundles, and refuses a run config that gives one of them
-        another value than its default or the preset's.
+        given; another preset sets the keys it bundles, except those the run config sets to another
+        value than their default (those win).
     """
 
     num_server_rounds: int = 20
@@ -201,6 +204,7 @@ _SECTIONS = (
     _Section("coalitions", CoalitionParams, prefix="hk-"),
     _Section("fixed_k", FixedKParams, prefix="fixed-", skip=("geometry",)),
     _Section("proximal", ProximalParams, prefix="proximal-"),
+    _Section("server_opt", ServerOptParams, prefix="server-"),
     _Section("perfedavg", PerFedAvgSettings, prefix="perfedavg-", skip=("variant",)),
     _Section("water_data", WaterDataConfig,
              rename={"source": "data-source", "path": "data-path", "calendar": "calendar-inputs",
@@ -209,6 +213,9 @@ _SECTIONS = (
     _Section("water_model", LSTMParams, rename={"baseline": "forecast-baseline"}),
     _Section("water_train", TrainSettings, rename={"epochs": "local-epochs", "loss": "forecast-loss",
                                                    "huber_delta": "forecast-huber-delta"}),
+    _Section("personal", PersonalParams, rename={"epochs": "personalize-epochs", "learning_rate": "personalize-learning-rate",
+                                                 "layers": "personal-layers", "ditto_lambda": "ditto-lambda",
+                                                 "state_dir": "personal-state-dir"}),
     _Section("vision_data", VisionDataConfig,
              rename={"dataset": "vision-dataset", "path": "vision-data-path", "partitioner": "vision-partitioner",
                      "seed": "data-seed", "groups": "vision-groups", "num_groups": "vision-num-groups",
@@ -343,10 +350,12 @@ class AppConfig:
     coalitions: CoalitionParams = field(default_factory=CoalitionParams)
     fixed_k: FixedKParams = field(default_factory=FixedKParams)
     proximal: ProximalParams = field(default_factory=ProximalParams)
+    server_opt: ServerOptParams = field(default_factory=ServerOptParams)
     perfedavg: PerFedAvgSettings = field(default_factory=PerFedAvgSettings)
     water_data: WaterDataConfig = field(default_factory=WaterDataConfig)
     water_model: LSTMParams = field(default_factory=LSTMParams)
     water_train: TrainSettings = field(default_factory=TrainSettings)
+    personal: PersonalParams = field(default_factory=PersonalParams)
     vision_data: VisionDataConfig = field(default_factory=VisionDataConfig)
     vision_model: VisionModelParams = field(default_factory=VisionModelParams)
     vision_train: VisionTrainSettings = field(default_factory=VisionTrainSettings)
@@ -418,9 +427,36 @@ class AppConfig:
                 raise ConfigError(f"run-config 'candidates-per-round': {self.selection.candidates_per_round} "
                                   f"trained candidates cannot give {self.sampling.clients_per_round} updates "
                                   f"(clients-per-round)")
+        self._check_forecaster()
         if spec.family == "ifca" and self.run.selection != "random":
             raise ConfigError(f"run-config 'selection': IFCA draws its clients itself (uniformly) and assigns them "
                               f"by loss; selection {self.run.selection!r} cannot be combined with it")
+
+    def _check_forecaster(self) -> None:
+        """The water forecaster's cross-section rules: baselines that need inputs or a validation split,
+        personalisation and the server optimiser only where they apply."""
+        spec, baseline = self.spec, self.water_model.baseline
+        if baseline in PROFILE_BASELINES and self.water_data.household != "profile":
+            raise ConfigError(f"run-config 'forecast-baseline': {baseline!r} reads the household's weekday mean, "
+                              f"an input of household-inputs = 'profile' (got {self.water_data.household!r})")
+        if baseline == "household" and self.water_data.validation_fraction == 0:
+            raise ConfigError("run-config 'forecast-baseline': 'household' chooses each household's baseline on its "
+                              "validation windows; set validation-fraction > 0")
+        personal = self.personal
+        if personal.active:
+            key = next(k for k, on in (("personalize-epochs", personal.epochs > 0),
+                                       ("personal-layers", personal.layers != "none"),
+                                       ("ditto-lambda", personal.ditto_lambda > 0)) if on)
+            if self.run.task != "water":
+                raise ConfigError(f"run-config {key!r}: personalisation is implemented for the water task only")
+            if spec.family == "perfedavg":
+                raise ConfigError(f"run-config {key!r}: Per-FedAvg personalises the served model itself; "
+                                  f"do not combine it with bouquet's personalisation")
+            if spec.family == "local" and personal.stateful:
+                raise ConfigError(f"run-config {key!r}: with strategy 'local' every model is already personal")
+        if self.server_opt.active and spec.family in CLUSTER_FAMILIES:
+            raise ConfigError(f"run-config 'server-optimizer': it steps the shared model, which strategy "
+                              f"{spec.name!r} does not serve (use fedavg, fedprox, hk-*, fixed-k-* or a robust rule)")
 
     # ------------------------------------------------------------ derived
     @property
@@ -535,14 +571,15 @@ _DEFAULTS = {name: _default(keys[0]) for name, keys in _BY_NAME.items()}
 
 
 def _preset(name: Any, given: Mapping[str, Any]) -> dict[str, Any]:
-    """The keys ``forecaster = name`` sets; a key given with another value than its default or the preset's
-    is an error (the user asked for two things).  An unknown name is left to :class:`RunParams`."""
+    """The keys ``forecaster = name`` sets that the run config leaves at their default.
+
+    ``flwr run`` passes every key of ``pyproject.toml`` (each at its default unless overridden), so a value
+    equal to the key's default cannot be told from an absent one: the preset's value applies then.  A value
+    that differs from the default was asked for, and wins over the preset (so one key of a preset can be
+    changed; to set a preset's key back to its paper default, start from ``forecaster = "paper"``).  An
+    unknown name is left to :class:`RunParams`."""
     preset = FORECASTERS.get(name, {})
-    for key, value in preset.items():
-        if key in given and given[key] not in (value, _DEFAULTS[key]):
-            raise ConfigError(f"run-config {key!r} = {given[key]!r} contradicts forecaster = {name!r}, which sets "
-                              f"{key} = {value!r}; use forecaster = 'paper' to choose {key} yourself")
-    return dict(preset)
+    return {key: value for key, value in preset.items() if key not in given or given[key] == _DEFAULTS[key]}
 
 
 @functools.lru_cache(maxsize=64)

@@ -18,6 +18,7 @@ final model on every node), ``predictions.csv`` (their test-day forecasts),
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from bouquet.data.water import load_pool
 from bouquet.flower_logging import route_to_flower
 from bouquet.grid import PollingGrid
 from bouquet.messages import MessageFactory, flower_message
+from bouquet.personal_state import PersonalRun
 from bouquet.results import RunRecorder
 from bouquet.strategies.aggregation import Aggregator, Coalitions, FixedKRule, HKRule, WeightedMean
 from bouquet.strategies.attacks import AttackHarness
@@ -57,6 +59,7 @@ from bouquet.strategies.params import ROBUST_RULES, CoalitionParams
 from bouquet.strategies.robust import FlowerRobustRule
 from bouquet.strategies.sampling import Sampler, UniformSampler
 from bouquet.strategies.selection import SketchSelection
+from bouquet.strategies.server_opt import ServerOptimizer
 from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.strategies.update_selection import UpdateSelection
 from bouquet.tasks.vision import accuracy, batch_indices, make_model, torch_device
@@ -135,20 +138,24 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
                                      config.selection.sketch_fraction)
     if config.attack.active:
         aggregator = AttackHarness(aggregator, config.attack)
+    if config.server_opt.active:  # outermost: the server step moves whatever the parts inside made
+        aggregator = ServerOptimizer(aggregator, config.server_opt)
     return BouquetStrategy(sampler=sampler, aggregator=aggregator, models=_models(config, cluster_models),
                            train_config=entries, observers=observers)
 
 
 def evaluate_every_node(grid: Grid, served: dict[int, tuple[str, ArrayRecord]], timeout: float,
                         recorder: RunRecorder | None = None,
-                        new_message: MessageFactory = flower_message) -> list[dict[str, Any]]:
+                        new_message: MessageFactory = flower_message,
+                        entries: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Evaluate on every node in ``served`` the model it is served (``node -> (store key, arrays)``).
 
     One row per replying node, with the key of its model (``model``).  Nodes that return forecasts
     (``predictions`` ArrayRecord) have them appended to ``predictions.csv`` (partition id, household,
-    day, actual and predicted litres).
+    day, actual and predicted litres).  ``entries`` go into the evaluation config beside ``final``
+    (the run that personal state belongs to).
     """
-    config = ConfigRecord({"final": True})
+    config = ConfigRecord({"final": True, **(entries or {})})
     contents: dict[str, RecordDict] = {}
     messages = []
     for node, (key, arrays) in served.items():
@@ -231,19 +238,39 @@ def _selection_summary(config: AppConfig, strategy: BouquetStrategy) -> dict[str
 def naive_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The naive forecasters beside the model (water): their mean MAE over the same clients and test windows,
     the best of them, the model's skill (1 - MAE / best naive MAE) and the share of households whose own
-    forecast beats their own best naive forecast.  Empty when the clients reported no ``naive-*`` metric."""
-    names = sorted({k for r in rows for k in r if k.startswith("naive-")})
-    usable = [r for r in rows if all(k in r for k in names)]
-    if not names or not usable:
+    forecast beats their own best naive forecast.  Empty when the clients reported no ``naive-*`` metric.
+
+    With a validation split (the clients report ``naive-val-*`` too), the best naive forecaster is the one with
+    the lowest mean validation MAE, and each household's own best naive forecaster is chosen on its own
+    validation windows (``best-naive-chosen-on: validation``): no choice looks at the test days.  Without
+    one, both are chosen on the test windows, as before the split existed.  ``households-beating-own-best-
+    naive-on-test`` is always against each household's best on the test days (the hardest comparison).
+    """
+    keys = {k for r in rows for k in r if k.startswith("naive-")}
+    val_names = sorted(k for k in keys if k.startswith("naive-val-"))
+    test_names = sorted(keys - set(val_names))
+    usable = [r for r in rows if all(k in r for k in (*test_names, *val_names))]
+    if not test_names or not usable:
         return {}
     label = {naive_metric(n): n for n in NAIVE_FORECASTS}
-    naive = {label.get(name, name): float(np.mean([r[name] for r in usable])) for name in names}
-    best = min(naive, key=naive.get)
+    naive = {label.get(name, name): float(np.mean([r[name] for r in usable])) for name in test_names}
     mae = np.array([float(r["mae-litres"]) for r in usable])
-    own_best = np.array([min(float(r[name]) for name in names) for r in usable])
-    return {"naive-mae-litres": naive, "best-naive": best, "best-naive-mae-litres": naive[best],
+    on_test = np.array([min(float(r[name]) for name in test_names) for r in usable])
+    summary: dict[str, Any] = {"naive-mae-litres": naive}
+    if val_names:
+        val_label = {naive_metric(n, "validation"): n for n in NAIVE_FORECASTS}
+        naive_val = {val_label.get(name, name): float(np.mean([r[name] for r in usable])) for name in val_names}
+        best = min(naive_val, key=naive_val.get)
+        chosen = [min(naive_val, key=lambda n, r=r: float(r[naive_metric(n, "validation")])) for r in usable]
+        own = np.array([float(r[naive_metric(n)]) for r, n in zip(usable, chosen)])
+        summary |= {"naive-val-mae-litres": naive_val, "best-naive-chosen-on": "validation"}
+    else:
+        best, own = min(naive, key=naive.get), on_test
+        summary["best-naive-chosen-on"] = "test"
+    return {**summary, "best-naive": best, "best-naive-mae-litres": naive[best],
             "skill-vs-best-naive": float(1 - mae.mean() / naive[best]) if naive[best] > 0 else None,
-            "households-beating-own-best-naive": float(np.mean(mae < own_best))}
+            "households-beating-own-best-naive": float(np.mean(mae < own)),
+            "households-beating-own-best-naive-on-test": float(np.mean(mae < on_test))}
 
 
 def _naive_text(summary: dict[str, Any]) -> str:
@@ -313,26 +340,40 @@ def _reopen(config: AppConfig) -> tuple[RunRecorder, Checkpoint]:
     return RunRecorder.reopen(folder), checkpoint
 
 
+def personal_run(config: AppConfig, folder: Path, checkpoint: Checkpoint | None) -> PersonalRun | None:
+    """The run nodes keep personal state for (personal layers, Ditto), named in every training and evaluation
+    config: a key of the run folder, and the rounds it was resumed after (:mod:`bouquet.personal_state`)."""
+    if not config.personal.stateful:
+        return None
+    lineage = () if checkpoint is None else (*checkpoint.meta.get("personal-lineage", []), checkpoint.server_round)
+    return PersonalRun(hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16], tuple(int(r) for r in lineage))
+
+
 def _start(strategy: BouquetStrategy, grid: Grid, config: AppConfig, recorder: RunRecorder, initial: ArrayRecord,
-           checkpoint: Checkpoint | None, evaluate_fn: Callable[[int, ArrayRecord], MetricRecord] | None = None
-           ) -> Result:
+           checkpoint: Checkpoint | None, evaluate_fn: Callable[[int, ArrayRecord], MetricRecord] | None = None,
+           personal: PersonalRun | None = None) -> Result:
     """Run the rounds (from the checkpoint's, when resuming), checkpointing as ``checkpoint-*`` says."""
     run, params = config.run, config.checkpoint
     result = restore(strategy, grid, checkpoint) if checkpoint is not None else None
-    header = {"config": config.to_run_config(), "version": __version__}
+    header: dict[str, Any] = {"config": config.to_run_config(), "version": __version__}
+    entries = ConfigRecord(personal.entries() if personal is not None else {})
+    if personal is not None:
+        header["personal-lineage"] = list(personal.lineage)
 
     def on_round_end(server_round: int, so_far: Result) -> None:
         if params.due(server_round, run.num_server_rounds):
             save_checkpoint(strategy, so_far, recorder.folder, header, keep=params.keep)
 
     return strategy.start(grid=grid, initial_arrays=initial, num_rounds=run.num_server_rounds,
-                          timeout=run.round_timeout, evaluate_fn=evaluate_fn, on_round_end=on_round_end,
-                          result=result)
+                          timeout=run.round_timeout, train_config=entries, evaluate_config=entries,
+                          evaluate_fn=evaluate_fn, on_round_end=on_round_end, result=result)
 
 
-def _final_clients(grid: Grid, config: AppConfig, strategy: BouquetStrategy, recorder: RunRecorder) -> list[dict]:
+def _final_clients(grid: Grid, config: AppConfig, strategy: BouquetStrategy, recorder: RunRecorder,
+                   personal: PersonalRun | None = None) -> list[dict]:
     """Every node evaluates the model it is served; rows to ``clients.csv`` (with the model's key)."""
-    rows = evaluate_every_node(grid, strategy.serve(grid), timeout=config.run.round_timeout, recorder=recorder)
+    rows = evaluate_every_node(grid, strategy.serve(grid), timeout=config.run.round_timeout, recorder=recorder,
+                               entries=personal.entries() if personal is not None else None)
     recorder.append_rows("clients", rows)
     return rows
 
@@ -384,16 +425,19 @@ def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: fl
     new_model = lambda: LSTMForecaster.from_params(config.water_model, config.water_data.input_channels)
     initial = ArrayRecord(new_model().state_dict())
     strategy = build_strategy(config, recorder, _cluster_models(config, new_model))
-    _start(strategy, grid, config, recorder, initial, checkpoint)
+    personal = personal_run(config, recorder.folder, checkpoint)
+    _start(strategy, grid, config, recorder, initial, checkpoint, personal=personal)
 
-    rows = _final_clients(grid, config, strategy, recorder)
+    rows = _final_clients(grid, config, strategy, recorder, personal)
     mae = np.array([r["mae-litres"] for r in rows])
     mse = np.array([r["mse"] for r in rows])
+    val = np.array([r["val-mae-litres"] for r in rows if "val-mae-litres" in r])
     summary = {
         "strategy": run.strategy, "rounds": run.num_server_rounds, "clients-evaluated": len(rows),
         "mae-litres-mean": float(mae.mean()) if len(mae) else None,
         "mae-litres-std": float(mae.std()) if len(mae) else None,
         "mse-mean": float(mse.mean()) if len(mse) else None,
+        **({"val-mae-litres-mean": float(val.mean())} if len(val) else {}),
         **naive_summary(rows),
         **_selection_summary(config, strategy), **_resume_summary(checkpoint),
         **_attack_summary(config, rows, "mae-litres"),

@@ -297,7 +297,7 @@ def test_household_profile_inputs_and_the_weekday_naive_forecaster_by_hand():
         make_windows(household, lookback=7, household_inputs="history")
 
 
-def test_forecaster_preset_sets_its_keys_and_refuses_a_contradiction():
+def test_forecaster_preset_sets_its_keys_and_a_key_given_otherwise_wins():
     from bouquet.config import FORECASTERS, AppConfig, ConfigError
 
     improved = AppConfig.from_run_config({"forecaster": "improved"})
@@ -309,8 +309,10 @@ def test_forecaster_preset_sets_its_keys_and_refuses_a_contradiction():
     same = {**FORECASTERS["improved"], "forecaster": "improved", "scaler": "robust"}
     assert AppConfig.from_run_config(same).water_data.scaler == "robust"
     assert AppConfig.from_run_config({"forecaster": "improved", "forecast-loss": "mse"}).water_train.loss == "l1"
-    with pytest.raises(ConfigError, match="'forecast-loss' = 'huber' contradicts forecaster = 'improved'"):
-        AppConfig.from_run_config({"forecaster": "improved", "forecast-loss": "huber"})
+    # a value other than the key's default was asked for: it wins, the preset's other keys stay
+    huber = AppConfig.from_run_config({"forecaster": "improved", "forecast-loss": "huber"})
+    assert huber.water_train.loss == "huber" and huber.water_model.baseline == "window-median"
+    assert AppConfig.from_run_config(huber.to_run_config()) == huber
     with pytest.raises(ConfigError, match="forecaster must be one of paper, improved"):
         AppConfig.from_run_config({"forecaster": "best"})
     paper = AppConfig()

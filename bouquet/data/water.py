@@ -8,8 +8,8 @@ one-step-ahead target -> chronological train/test split of the windows ->
 scaler fitted on the training days only.
 
 The federated pool is the households that pass every filter, sorted by
-household id; ``partition-id`` ``k`` is the ``k``-th household of the pool, in
-simulation and in deployment alike.
+household id (a DAIAD pool with a non-zero ``data-seed``: in that seed's shuffled order);
+``partition-id`` ``k`` is the ``k``-th household of the pool, in simulation and in deployment alike.
 """
 
 from __future__ import annotations
@@ -95,6 +95,9 @@ class WaterDataConfig:
     path : str
         DAIAD ``.csv`` or ``.zip`` (``source = "daiad"``).
     synthetic : SyntheticConfig
+        The generator of ``source = "synthetic"``; its ``seed`` (``data-seed``) also orders a DAIAD pool:
+        0 keeps the households in id order, another value shuffles which household is which partition id
+        (a study's data seed on a fixed file).
     cleaning : CleaningRules
     active_factor : float, default 1.6
         Keep households whose mean consumption is at least this multiple of
@@ -106,7 +109,14 @@ class WaterDataConfig:
     lookback : int, default 12
         Look-back window L in days.
     train_fraction : float, default 0.8
-        Chronological share of each household's windows used for training.
+        Chronological share of each household's windows used for training; the rest are the test windows.
+    validation_fraction : float, default 0.0
+        ``validation-fraction``: the share of each household's training windows, the last ones in time, held
+        out as validation windows (at least one when > 0).  The test windows do not change.  Every choice of
+        a study (hyper-parameters, presets, which naive forecaster to beat) is made on them; the scaler and
+        the household profile inputs are fitted on the remaining (fit) days only, so nothing of the
+        validation or test days reaches the model's inputs.  0 is the paper's: training uses every training
+        window.  At most 0.5.
     min_windows : int, default 10
         Households with fewer complete windows are left out of the pool (the
         log names each one with its count).
@@ -142,6 +152,7 @@ class WaterDataConfig:
     min_history_days: int = 730
     lookback: int = 12
     train_fraction: float = 0.8
+    validation_fraction: float = 0.0
     min_windows: int = 10
     scaler: str = "minmax"
     calendar: str = "none"
@@ -159,6 +170,8 @@ class WaterDataConfig:
         require(self.lookback >= 1, "lookback", f"lookback must be >= 1, got {self.lookback}")
         require(0 < self.train_fraction < 1, "train_fraction",
                 f"train_fraction must be in (0, 1), got {self.train_fraction}")
+        require(0 <= self.validation_fraction <= 0.5, "validation_fraction",
+                f"validation-fraction must be in [0, 0.5], got {self.validation_fraction}")
         require(self.active_factor >= 0, "active_factor", f"active_factor must be >= 0, got {self.active_factor}")
         require(self.min_history_days >= 0, "min_history_days",
                 f"min_history_days must be >= 0, got {self.min_history_days}")
@@ -208,14 +221,18 @@ class ClientWindows:
     ----------
     x_train, x_test : numpy.ndarray, shape (n, lookback, channels), float32
         Channel 0 is the scaled use of each look-back day; calendar inputs follow
-        (:attr:`WaterDataConfig.input_channels`).
+        (:attr:`WaterDataConfig.input_channels`).  With a validation split, ``x_train`` holds the fit
+        windows only (the training windows before the validation ones).
     y_train, y_test : numpy.ndarray, shape (n,), float32
     test_days : numpy.ndarray of datetime64[D], shape (n_test,)
         Calendar day of each test target.
-    train_days : numpy.ndarray of datetime64[D], shape (n_train,), optional
-        Calendar day of each training target.
     offset, scale : float
         ``litres = scaled * scale + offset``.
+    train_days : numpy.ndarray of datetime64[D], shape (n_train,), optional
+        Calendar day of each training target.
+    x_val, y_val, val_days : numpy.ndarray, optional
+        The validation windows (``validation-fraction``), between the fit and the test windows in time;
+        ``None`` without a validation split.
     """
 
     x_train: np.ndarray
@@ -226,6 +243,14 @@ class ClientWindows:
     offset: float
     scale: float
     train_days: np.ndarray | None = None
+    x_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
+    val_days: np.ndarray | None = None
+
+    @property
+    def has_validation(self) -> bool:
+        """Whether the windows hold a validation split."""
+        return self.y_val is not None and len(self.y_val) > 0
 
     def to_litres(self, scaled: np.ndarray) -> np.ndarray:
         """Invert the scaler."""
@@ -268,6 +293,21 @@ def _train_windows(n_windows: int, train_fraction: float) -> int:
     return min(max(int(np.floor(train_fraction * n_windows)), 1), n_windows - 1)
 
 
+def validation_windows(n_train: int, validation_fraction: float) -> int:
+    """How many of ``n_train`` training windows (the last ones) are held out for validation: the rounded
+    share, at least one when ``validation_fraction`` > 0, none when it is 0."""
+    if validation_fraction <= 0:
+        return 0
+    return max(round(validation_fraction * n_train), 1)
+
+
+def _fit_windows(n_windows: int, config_train: float, config_validation: float) -> tuple[int, int]:
+    """(fit windows, validation windows) of a household with ``n_windows`` complete windows."""
+    n_train = _train_windows(n_windows, config_train)
+    n_val = validation_windows(n_train, config_validation)
+    return n_train - n_val, n_val
+
+
 def _fit_days(litres: np.ndarray, targets: np.ndarray, n_train: int) -> np.ndarray:
     """The valid days up to the last training target: what a scaler may see."""
     days = litres[: targets[n_train - 1] + 1]
@@ -295,7 +335,9 @@ def global_scaler(households: list[HouseholdDaily], config: WaterDataConfig) -> 
         litres = np.asarray(household.litres, dtype=np.float64)
         targets = _complete_windows(litres, config.lookback)
         if len(targets) >= 2:
-            pieces.append(_fit_days(litres, targets, _train_windows(len(targets), config.train_fraction)))
+            n_fit, _ = _fit_windows(len(targets), config.train_fraction, config.validation_fraction)
+            if n_fit >= 1:
+                pieces.append(_fit_days(litres, targets, n_fit))
     if not pieces:
         raise InsufficientDataError("no household has training days to fit a global scaler on")
     return fit_scaler(np.concatenate(pieces), config.scaler)
@@ -303,14 +345,17 @@ def global_scaler(households: list[HouseholdDaily], config: WaterDataConfig) -> 
 
 def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: float = 0.8,
                  scaler: str = "minmax", min_windows: int = 2, calendar: str = "none",
-                 household_inputs: str = "none", fit: tuple[float, float] | None = None) -> ClientWindows:
+                 household_inputs: str = "none", fit: tuple[float, float] | None = None,
+                 validation_fraction: float = 0.0) -> ClientWindows:
     """Look-back windows with one-step-ahead targets, split chronologically.
 
     Window ``t`` has inputs days ``t-L .. t-1`` and target day ``t``; only
     windows whose L+1 days are all valid exist (gaps are never filled).  The
     first ``floor(train_fraction * n)`` windows (by target day) train, the rest
-    test.  The scaler is fitted on the valid days up to the last training
-    target, so nothing after it (no test target) reaches the normaliser.
+    test.  With ``validation_fraction`` > 0 the last :func:`validation_windows` of the training windows
+    are validation windows and the ones before them the fit windows.  The scaler is fitted on the valid
+    days up to the last fit target, so nothing after it (no validation or test target) reaches the
+    normaliser; the household profile inputs come from the fit targets only.
     ``fit`` = (offset, scale) uses that scaler instead (``scaling = "global"``,
     :func:`global_scaler`).
 
@@ -318,7 +363,7 @@ def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: 
     ------
     InsufficientDataError
         Fewer than ``min_windows`` windows (names the household, its valid
-        days and the minimum).
+        days and the minimum), or a validation share that leaves no fit window.
     """
     if scaler not in SCALERS:
         raise ValueError(f"scaler must be one of {SCALERS}, got {scaler!r}")
@@ -335,8 +380,14 @@ def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: 
             f"{lookback} + 1 consecutive valid days"
         )
     n_train = _train_windows(len(targets), train_fraction)
+    n_val = validation_windows(n_train, validation_fraction)
+    n_fit = n_train - n_val
+    if n_fit < 1:
+        raise InsufficientDataError(
+            f"household {household.household_id}: validation-fraction {validation_fraction} holds out {n_val} of its "
+            f"{n_train} training windows, which leaves none to train on")
     offset, scale = fit if fit is not None else fit_scaler(
-        _fit_days(litres, targets, n_train), scaler)
+        _fit_days(litres, targets, n_fit), scaler)
     scaled = (litres - offset) / scale
     inputs = scaled[targets[:, None] - lookback + np.arange(lookback)[None, :]]
     x = inputs[..., None]
@@ -346,15 +397,18 @@ def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: 
     following = household.first_day + (targets[:, None] - lookback + 1 + np.arange(lookback)[None, :])
     if calendar == "weekday":
         x = np.concatenate([x, weekday_inputs(following)], axis=-1)
-    if household_inputs == "profile":  # from the training targets only
-        profile = weekday_profile(y[:n_train], target_days[:n_train])
+    if household_inputs == "profile":  # from the fit targets only
+        profile = weekday_profile(y[:n_fit], target_days[:n_fit])
         weekday = weekday_of(following)
-        level = np.full(following.shape, float(np.mean(y[:n_train])))
+        level = np.full(following.shape, float(np.mean(y[:n_fit])))
         x = np.concatenate([x, level[..., None], profile[weekday][..., None]], axis=-1)
     x = x.astype(np.float32)
     y = y.astype(np.float32)
-    return ClientWindows(x[:n_train], y[:n_train], x[n_train:], y[n_train:], target_days[n_train:], offset, scale,
-                         train_days=target_days[:n_train])
+    validation = {}
+    if n_val:
+        validation = {"x_val": x[n_fit:n_train], "y_val": y[n_fit:n_train], "val_days": target_days[n_fit:n_train]}
+    return ClientWindows(x[:n_fit], y[:n_fit], x[n_train:], y[n_train:], target_days[n_train:], offset, scale,
+                         train_days=target_days[:n_fit], **validation)
 
 
 @dataclass(frozen=True)
@@ -367,8 +421,8 @@ class WaterPool:
 
     households: list[HouseholdDaily]
     report: pd.DataFrame
-    #: ``scaling = "global"``'s scalers, once per (scaler, lookback, train fraction): a memo, not data
-    global_fits: dict[tuple[str, int, float], tuple[float, float]] = field(
+    #: ``scaling = "global"``'s scalers, once per (scaler, lookback, train and validation fraction): a memo
+    global_fits: dict[tuple[str, int, float, float], tuple[float, float]] = field(
         default_factory=dict, init=False, compare=False, repr=False)
 
     def __len__(self) -> int:
@@ -395,10 +449,11 @@ class WaterPool:
                                  "holds one household, so it cannot (use scaling = 'household')")
             fit = self._global_fit(config)
         return make_windows(self.households[partition_id], config.lookback, config.train_fraction,
-                            config.scaler, config.min_windows, config.calendar, config.household, fit)
+                            config.scaler, config.min_windows, config.calendar, config.household, fit,
+                            config.validation_fraction)
 
     def _global_fit(self, config: WaterDataConfig) -> tuple[float, float]:
-        key = (config.scaler, config.lookback, config.train_fraction)
+        key = (config.scaler, config.lookback, config.train_fraction, config.validation_fraction)
         if key not in self.global_fits:
             self.global_fits[key] = global_scaler(self.households, config)
         return self.global_fits[key]
@@ -436,10 +491,21 @@ def select_pool(households: list[HouseholdDaily], config: WaterDataConfig) -> Wa
             else:
                 row["status"] = "pool"
                 row["train_windows"], row["test_windows"] = len(windows.y_train), len(windows.y_test)
+                if config.validation_fraction > 0:
+                    n_val = validation_windows(len(windows.y_train), config.validation_fraction)
+                    row["train_windows"], row["validation_windows"] = len(windows.y_train) - n_val, n_val
                 pool.append(household)
         rows.append(row)
+    emptied = [r["household"] for r in rows if r["status"] == "pool" and r["train_windows"] < 1]
+    if emptied:
+        raise InsufficientDataError(
+            f"run-config 'validation-fraction' = {config.validation_fraction} leaves {len(emptied)} household(s) of "
+            f"the pool without a training window ({', '.join(emptied[:5])}{', ...' if len(emptied) > 5 else ''}); "
+            f"lower it, or raise min-windows")
     report = pd.DataFrame(rows).sort_values("household", kind="stable").reset_index(drop=True)
     pool.sort(key=lambda h: h.household_id)
+    if config.source == "daiad" and config.synthetic.seed != 0:  # data-seed: another partition order of the file
+        pool = [pool[i] for i in np.random.default_rng(config.synthetic.seed).permutation(len(pool))]
     partition = {h.household_id: k for k, h in enumerate(pool)}
     report.insert(1, "partition_id", report["household"].map(partition).astype("Int64"))
     if not pool:

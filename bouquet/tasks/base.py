@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Penalty", "Task", "batch_indices", "proximal_penalty", "task_loss"]
+__all__ = ["Penalty", "Task", "batch_indices", "head_keys", "proximal_penalty", "task_loss"]
 
 #: Extra loss term ``penalty(model)`` added to the batch loss (e.g. FedProx's proximal term).
 Penalty = Callable[[nn.Module], torch.Tensor]
@@ -52,6 +52,15 @@ def batch_indices(n: int, batch_size: int, rng: np.random.Generator) -> np.ndarr
     return np.sort(rng.choice(n, size=min(batch_size, n), replace=False))
 
 
+def head_keys(model: nn.Module) -> list[str]:
+    """The state-dict keys of the model's output layer (its ``head`` sub-module): the personal layers of
+    ``personal-layers = "head"``."""
+    head = getattr(model, "head", None)
+    if not isinstance(head, nn.Module):
+        raise TypeError(f"{type(model).__name__} has no 'head' layer to keep personal")
+    return [f"head.{name}" for name in head.state_dict()]
+
+
 def task_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Cross-entropy for class labels (integer targets), MSE for forecasts (float targets)."""
     if not targets.dtype.is_floating_point:
@@ -59,15 +68,16 @@ def task_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.mse_loss(outputs, targets)
 
 
-def proximal_penalty(model: nn.Module, mu: float) -> Penalty:
+def proximal_penalty(model: nn.Module, mu: float, anchor: nn.Module | None = None) -> Penalty:
     """FedProx's term ``(mu / 2) * ||w - w_global||^2`` with ``w_global`` = the model's weights now.
 
     Call it right after loading the global model, before local training; its
-    gradient is ``mu * (w - w_global)``.
+    gradient is ``mu * (w - w_global)``.  With ``anchor`` (a model of the same shape), ``w_global`` is
+    that model's weights instead (Ditto's personal step: the personal model pulled toward the served one).
     """
     if mu < 0:
         raise ValueError(f"proximal mu must be >= 0, got {mu}")
-    anchors = [p.detach().clone() for p in model.parameters()]
+    anchors = [p.detach().clone() for p in (anchor if anchor is not None else model).parameters()]
 
     def penalty(current: nn.Module) -> torch.Tensor:
         return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(current.parameters(), anchors))

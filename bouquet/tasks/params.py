@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from bouquet.params import require
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEVICES", "EVALUATIONS", "FORECAST_BASELINES", "FORECAST_LOSSES", "MODELS",
-           "PERFEDAVG_VARIANTS", "CentralEvalParams", "LSTMParams", "PerFedAvgSettings", "TrainSettings",
+__all__ = ["DEFAULT_BATCH_SIZE", "DEVICES", "EVALUATIONS", "FORECAST_BASELINES", "FORECAST_LOSSES",
+           "HOUSEHOLD_BLENDS", "MODELS", "PERFEDAVG_VARIANTS", "PERSONAL_LAYERS", "PROFILE_BASELINES",
+           "CentralEvalParams", "LSTMParams", "PerFedAvgSettings", "PersonalParams", "TrainSettings",
            "VisionModelParams", "VisionTrainSettings"]
 
 #: Mini-batch size of local training (the HK paper's Table 3; the ``batch-size`` key of both tasks).
@@ -24,7 +25,13 @@ MODELS = ("cnn", "cnn-gn", "vgg16", "vgg16-bn")
 #: Where the vision task's models compute (``vision-device``; also ``cuda:N``).
 DEVICES = ("cpu", "cuda", "auto")
 #: What the water forecaster's output is added to (``LSTMParams.baseline``).
-FORECAST_BASELINES = ("none", "window-mean", "window-median")
+FORECAST_BASELINES = ("none", "window-mean", "window-median", "weekday-mean", "household")
+#: Baselines that read the household profile inputs (``household-inputs = "profile"``).
+PROFILE_BASELINES = ("weekday-mean", "household")
+#: The blends of window median (0) and weekday mean (1) ``forecast-baseline = "household"`` chooses from.
+HOUSEHOLD_BLENDS = (0.0, 0.5, 1.0)
+#: Layers a node keeps to itself (``personal-layers``): none, or the output layer.
+PERSONAL_LAYERS = ("none", "head")
 #: Training losses of the water forecaster (``TrainSettings.loss``); the paper's is ``mse``.
 FORECAST_LOSSES = ("mse", "l1", "huber")
 #: Per-FedAvg's two variants: first-order and Hessian-free.
@@ -39,11 +46,17 @@ class LSTMParams:
     ----------
     hidden_size : int, default 32
     num_layers : int, default 1
-    baseline : {"none", "window-mean", "window-median"}, default "none"
+    baseline : {"none", "window-mean", "window-median", "weekday-mean", "household"}, default "none"
         What the network's output is added to (``forecast-baseline``).  ``none`` is the paper's: the
         output is the forecast.  ``window-mean`` / ``window-median``: the output is the deviation from
         the mean / median of the look-back window's use, and the output layer starts at zero, so an
         untrained model is that naive forecaster and training can only learn what it misses.
+        ``weekday-mean``: the deviation from the household's mean use on the target's weekday over its
+        fit days (the last profile input, so it needs ``household-inputs = "profile"``).  ``household``:
+        from the blend of window median and weekday mean (:data:`HOUSEHOLD_BLENDS`: either one, or their
+        average) that has the lowest MAE on the household's own validation windows (it needs
+        ``validation-fraction`` > 0 and the profile inputs); each node makes that choice itself, and the
+        blend is not a weight of the model, so it never travels.
     """
 
     hidden_size: int = 32
@@ -89,6 +102,62 @@ class TrainSettings:
         require(self.loss in FORECAST_LOSSES, "loss",
                 f"forecast-loss must be one of {', '.join(FORECAST_LOSSES)}, got {self.loss!r}")
         require(self.huber_delta > 0, "huber_delta", f"forecast-huber-delta must be > 0, got {self.huber_delta}")
+
+
+@dataclass(frozen=True)
+class PersonalParams:
+    """Personalisation on the node, on top of any aggregation (the water task).
+
+    Parameters
+    ----------
+    epochs : int, default 0
+        ``personalize-epochs``: before it evaluates and forecasts, a node fine-tunes the model it is served
+        (or its personal model) for this many epochs of its training loss on its own fit windows, from a
+        fresh Adam; 0 = no fine-tuning (the paper).  The fine-tuned model is used for that evaluation
+        only; it is never sent back.
+    learning_rate : float, default 1e-3
+        ``personalize-learning-rate``: Adam's learning rate of that fine-tuning.
+    layers : {"none", "head"}, default "none"
+        ``personal-layers``.  ``head`` keeps the output layer on the node (FedPer, Arivazhagan et al.
+        2019): the node trains the whole model as usual, keeps the head it trained, and replies with the
+        head it was sent, so the aggregate carries the federated body and the initial head; it evaluates
+        with its own head (the served one until it has trained once).
+    ditto_lambda : float, default 0.0
+        ``ditto-lambda``: Ditto (Li et al. 2021).  > 0: besides the federated update, each trained node
+        trains a personal model ``v`` for ``local-epochs`` epochs on ``loss(v) + lambda / 2 ||v - w||^2``,
+        ``w`` the model it was served (eq. 2 of the paper), and evaluates with ``v``.  0 = off.
+    state_dir : str, default ""
+        ``personal-state-dir``: where nodes save their personal state (personal layers, Ditto's model)
+        between messages, for a node that restarts and for a resumed run; a SuperNode's own
+        ``--node-config "personal-state-dir=..."`` wins.  Empty: ``$BOUQUET_CACHE_DIR/personal``
+        (``~/.cache/bouquet/personal``).  See :mod:`bouquet.personal_state`.
+    """
+
+    epochs: int = 0
+    learning_rate: float = 1e-3
+    layers: str = "none"
+    ditto_lambda: float = 0.0
+    state_dir: str = ""
+
+    def __post_init__(self) -> None:
+        require(self.epochs >= 0, "epochs", f"personalize-epochs must be >= 0, got {self.epochs}")
+        require(self.learning_rate > 0, "learning_rate",
+                f"personalize-learning-rate must be > 0, got {self.learning_rate}")
+        require(self.layers in PERSONAL_LAYERS, "layers",
+                f"personal-layers must be one of {', '.join(PERSONAL_LAYERS)}, got {self.layers!r}")
+        require(self.ditto_lambda >= 0, "ditto_lambda", f"ditto-lambda must be >= 0, got {self.ditto_lambda}")
+        require(not (self.ditto_lambda > 0 and self.layers != "none"), "ditto_lambda",
+                "ditto-lambda and personal-layers both make a personal model: choose one")
+
+    @property
+    def active(self) -> bool:
+        """Whether any personalisation is on."""
+        return self.epochs > 0 or self.stateful
+
+    @property
+    def stateful(self) -> bool:
+        """Whether nodes keep personal state between rounds (personal layers or Ditto's model)."""
+        return self.layers != "none" or self.ditto_lambda > 0
 
 
 @dataclass(frozen=True)
