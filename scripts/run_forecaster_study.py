@@ -1,0 +1,258 @@
+"""The forecaster study under the honest protocol: tune on validation, then report the test numbers once.
+
+    python scripts/run_forecaster_study.py --data daiad --tune-seeds 0 1 --seeds 0 1 2 3 4
+    python scripts/run_forecaster_study.py --data synthetic --arms local,fedavg,fedper --seeds 0 1 2 3 4
+    python scripts/run_forecaster_study.py --data daiad --pooled          # + the pooled reference (no Flower)
+
+Layers (``experiments/forecaster``): ``data/<data>.toml`` < ``profiles/<profile>.toml`` (the protocol:
+validation split, rounds, E, ...) < ``arms/<arm>.toml`` (fixed keys and a ``[grid]`` of candidates) <
+the seed (``seed`` and ``data-seed``: the synthetic pool is generated anew, the DAIAD pool reordered).
+
+1. **The baseline, on validation.**  Which naive forecaster the model adds to (``forecast-baseline``): the
+   household blend (``household``) or the window median, whichever naive forecast has the lower mean
+   validation MAE over the tuning seeds' pools (computed here from the data, no training).
+2. **Tuning.**  Every candidate of every arm runs on ``--tune-seeds`` (real ``flwr run``s, resumable:
+   :func:`bouquet.experiments.run_jobs`); per arm the candidate with the lowest mean validation MAE is
+   chosen (:func:`bouquet.tuning.choose_on_validation`); ``choices.csv`` / ``choices.md`` hold every
+   candidate's validation numbers and no test number.
+3. **The test numbers, once.**  Each arm's chosen candidate runs on every ``--seeds`` seed; ``table.csv`` /
+   ``table.md`` give its test MAE (mean and sample std over seeds), skill against the best naive forecaster
+   (chosen on validation, per seed), paired differences with 95 % t intervals against FedAvg's chosen
+   candidate and against that naive forecaster, and the shares of households beating their own best naive
+   forecast (chosen on their validation windows; and on the test days, the oracle).
+
+Results: ``<out>/<data>-<profile>/<arm>/<candidate>/seed-<k>/`` run folders and the tables beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bouquet.experiments import Job, layered_run_config, load_layer, run_jobs
+from bouquet.launch import pool_size, toml_value
+from bouquet.results import RunFolder, markdown_table
+from bouquet.tuning import Candidate, choose_on_validation, expand_grid, paired_interval, sample_std
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments" / "forecaster"
+REFERENCE_ARM = "fedavg"
+
+
+def candidates(arm: str) -> tuple[list[Candidate], dict[str, Any]]:
+    layer = load_layer(EXPERIMENTS, "arms", arm)
+    grid = layer.pop("grid", {})
+    return expand_grid(arm, layer, grid), layer
+
+
+def slug(name: str) -> str:
+    """A folder name for a candidate (``fedavg[learning-rate=0.01]`` -> ``learning-rate=0.01``)."""
+    inner = name[name.index("[") + 1:-1] if "[" in name else "default"
+    return re.sub(r"[^A-Za-z0-9=.,_-]", "_", inner)
+
+
+def base_config(data: str, profile: str) -> dict[str, Any]:
+    return layered_run_config(EXPERIMENTS, [("data", data), ("profiles", profile)], ROOT)
+
+
+def seeded(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    return {**config, "seed": seed, "data-seed": seed}
+
+
+def choose_baseline(base: dict[str, Any], seeds: list[int]) -> tuple[str, dict[str, float]]:
+    """``household`` or ``window-median``: the naive forecast with the lower mean validation MAE over the
+    households of each tuning seed's pool (no model is trained, no test window is read)."""
+    from bouquet.config import AppConfig
+    from bouquet.data.water import load_pool
+    from bouquet.tasks.water import naive_errors
+
+    scores: dict[str, list[float]] = {"window median": [], "median-weekday blend": []}
+    for seed in seeds:
+        config = AppConfig.from_run_config(seeded(base, seed)).water_data
+        pool = load_pool(config)
+        errors = [naive_errors(pool.client(i, config), "validation") for i in range(len(pool))]
+        for name, values in scores.items():
+            values.append(float(np.mean([e[name] for e in errors])))
+    means = {name: float(np.mean(values)) for name, values in scores.items()}
+    return ("household" if means["median-weekday blend"] < means["window median"] else "window-median"), means
+
+
+def run_rows(folder: Path, arm: str, candidate: str, seed: int) -> dict[str, Any] | None:
+    run = RunFolder(folder)
+    if not run.finished:
+        return None
+    s = run.summary()
+    clients = run.table("clients")
+    return {"arm": arm, "candidate": candidate, "seed": seed, "val-mae": s.get("val-mae-litres-mean"),
+            "test-mae": s["mae-litres-mean"], "best-naive": s.get("best-naive"),
+            "best-naive-mae": s.get("best-naive-mae-litres"),
+            "beats-own-naive": s.get("households-beating-own-best-naive"),
+            "beats-own-naive-on-test": s.get("households-beating-own-best-naive-on-test"),
+            "households": len(clients), "wall-seconds": s.get("wall-seconds")}
+
+
+def study_table(final: pd.DataFrame) -> pd.DataFrame:
+    """Per arm (its chosen candidate), the test numbers over seeds and the paired intervals."""
+    reference = final[final["arm"] == REFERENCE_ARM].set_index("seed")["test-mae"]
+    rows = []
+    for arm, group in final.groupby("arm", sort=False):
+        group = group.set_index("seed").sort_index()
+        naive = group["best-naive-mae"]
+        row = {"arm": arm, "candidate": group["candidate"].iloc[0], "seeds": len(group),
+               "test MAE": group["test-mae"].mean(), "std": sample_std(group["test-mae"]),
+               "best naive (val)": naive.mean(),
+               "skill vs best naive": float(np.mean(1 - group["test-mae"] / naive)),
+               "vs best naive [95 % CI]": paired_interval(group["test-mae"], naive).text(),
+               "beats own naive (val)": group["beats-own-naive"].mean(),
+               "beats own naive (test)": group["beats-own-naive-on-test"].mean()}
+        common = group.index.intersection(reference.index)
+        if arm != REFERENCE_ARM and len(common):
+            row[f"vs {REFERENCE_ARM} [95 % CI]"] = paired_interval(group.loc[common, "test-mae"],
+                                                                   reference.loc[common]).text()
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values("test MAE").reset_index(drop=True)
+
+
+def pooled_reference(base: dict[str, Any], baseline: str, seeds: list[int], epochs: list[int],
+                     personalize: list[int], out: Path) -> pd.DataFrame:
+    """The centralised reference: one model on every household's fit windows (Adam, the study's loss and
+    learning rate), then each household's fine-tuning; epochs and fine-tuning chosen on validation.
+    Rows per (epochs, fine-tuning, seed); resumable through ``pooled.csv``."""
+    import torch
+
+    from bouquet.config import AppConfig
+    from bouquet.data.water import load_pool
+    from bouquet.tasks.water import WaterTask, evaluate_windows
+
+    path = out / "pooled.csv"
+    done = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["epochs", "personalize", "seed"])
+    rows = done.to_dict("records")
+    torch.set_num_threads(1)
+    for seed in seeds:
+        config = AppConfig.from_run_config({**seeded(base, seed), "forecast-baseline": baseline,
+                                            "learning-rate": 0.001, "local-epochs": 1})
+        pool = load_pool(config.water_data)
+        tasks = [WaterTask(i, "", pool.client(i, config.water_data), config.water_model, config.water_train,
+                           personal=config.personal) for i in range(len(pool))]
+        for budget in epochs:
+            if all(((done["epochs"] == budget) & (done["personalize"] == p) & (done["seed"] == seed)).any()
+                   for p in personalize):
+                continue
+            torch.manual_seed(seed)
+            model = tasks[0].new_model()
+            rng = np.random.default_rng([seed, 99])
+            x = np.concatenate([t.windows.x_train for t in tasks])
+            y = np.concatenate([t.windows.y_train for t in tasks])
+            blends = np.concatenate([np.full(t.num_examples, t.blend) for t in tasks])
+            _train_pooled(model, x, y, blends, config.water_train, budget, rng)
+            for p in personalize:
+                val, test = [], []
+                for i, task in enumerate(tasks):
+                    own = task.new_model()
+                    own.load_state_dict(model.state_dict())
+                    tuned = dataclasses.replace(task, personal=dataclasses.replace(task.personal, epochs=p))
+                    tuned.fine_tune(own, np.random.default_rng([seed, i, 1]))
+                    val.append(evaluate_windows(own, task.windows, "validation")["mae-litres"])
+                    test.append(evaluate_windows(own, task.windows)["mae-litres"])
+                rows.append({"epochs": budget, "personalize": p, "seed": seed, "val-mae": float(np.mean(val)),
+                             "test-mae": float(np.mean(test))})
+                pd.DataFrame(rows).to_csv(path, index=False)
+                print(f"pooled seed {seed}, {budget} epochs, fine-tuning {p}: val {np.mean(val):.2f}", flush=True)
+    return pd.DataFrame(rows)
+
+
+def _train_pooled(model: Any, x: np.ndarray, y: np.ndarray, blends: np.ndarray, settings: Any, epochs: int,
+                  rng: np.random.Generator) -> None:
+    """Adam over the pooled windows, each batch's household blends set on the model per window."""
+    import torch
+
+    from bouquet.tasks.water import training_loss
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate)
+    loss_fn = training_loss(settings)
+    tx, ty, tb = torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(blends.astype(np.float32))
+    model.train()
+    for _ in range(epochs):
+        order = torch.from_numpy(rng.permutation(len(y)))
+        for start in range(0, len(y), settings.batch_size):
+            batch = order[start:start + settings.batch_size]
+            model.blend = tb[batch]  # a per-window blend: the pooled windows come from many households
+            optimizer.zero_grad()
+            loss_fn(model(tx[batch]), ty[batch]).backward()
+            optimizer.step()
+    model.blend = 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="daiad", help="experiments/forecaster/data/<name>.toml")
+    parser.add_argument("--profile", default="study", help="experiments/forecaster/profiles/<name>.toml")
+    parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all'")
+    parser.add_argument("--tune-seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--out", default="results/forecaster")
+    parser.add_argument("--ray-address", default=None, help="run the simulations on this existing Ray cluster")
+    parser.add_argument("--pooled", action="store_true", help="also the pooled reference (in-process, no Flower)")
+    parser.add_argument("--pooled-epochs", type=int, nargs="+", default=[2, 5, 10])
+    parser.add_argument("--tune-only", action="store_true", help="stop after the choice (no test numbers)")
+    args = parser.parse_args(argv)
+
+    arms = sorted(p.stem for p in (EXPERIMENTS / "arms").glob("*.toml")) if args.arms == "all" \
+        else args.arms.split(",")
+    base = base_config(args.data, args.profile)
+    if base.get("data-source") == "daiad" and not Path(base["data-path"]).exists():
+        raise SystemExit(f"DAIAD data file not found: {base['data-path']}")
+    out = Path(args.out).resolve() / f"{args.data}-{args.profile}"
+    out.mkdir(parents=True, exist_ok=True)
+    baseline, naive = choose_baseline(base, args.tune_seeds)
+    (out / "baseline.json").write_text(json.dumps({"forecast-baseline": baseline, "validation-mae": naive}, indent=1))
+    print(f"baseline chosen on validation: {baseline} ({', '.join(f'{k} {v:.2f}' for k, v in naive.items())})")
+    base["forecast-baseline"] = baseline
+    supernodes = pool_size(ROOT, " ".join(f"{k}={toml_value(v)}" for k, v in seeded(base, 0).items()))
+    grids = {arm: candidates(arm)[0] for arm in arms}
+
+    def jobs_for(chosen: list[Candidate], seeds: list[int]) -> list[Job]:
+        return [Job(f"{c.name} seed {s}", seeded({**base, **c.run_config}, s), out / c.arm / slug(c.name) / f"seed-{s}",
+                    supernodes) for c in chosen for s in seeds]
+
+    def describe(summary: dict) -> str:
+        return f"validation MAE {summary.get('val-mae-litres-mean', float('nan')):.2f} L/day"
+
+    every = [c for arm in arms for c in grids[arm]]
+    failures = run_jobs(ROOT, jobs_for(every, args.tune_seeds), out / ".superlink", describe, args.ray_address)
+    tuning = pd.DataFrame([r for c in every for s in args.tune_seeds
+                           if (r := run_rows(out / c.arm / slug(c.name) / f"seed-{s}", c.arm, c.name, s))])
+    choices = choose_on_validation(tuning[["arm", "candidate", "seed", "val-mae"]])
+    choices.to_csv(out / "choices.csv", index=False)
+    (out / "choices.md").write_text(markdown_table(choices) + "\n")
+    print(markdown_table(choices))
+    if args.tune_only:
+        return 1 if failures else 0
+    chosen = [c for c in every if c.name in set(choices.loc[choices["chosen"], "candidate"])]
+    failures += run_jobs(ROOT, jobs_for(chosen, args.seeds), out / ".superlink", describe, args.ray_address)
+    final = pd.DataFrame([r for c in chosen for s in args.seeds
+                          if (r := run_rows(out / c.arm / slug(c.name) / f"seed-{s}", c.arm, c.name, s))])
+    final.to_csv(out / "runs.csv", index=False)
+    table = study_table(final)
+    table.to_csv(out / "table.csv", index=False)
+    (out / "table.md").write_text(markdown_table(table) + "\n")
+    print(markdown_table(table))
+    if args.pooled:
+        pooled = pooled_reference(base, baseline, args.seeds, args.pooled_epochs, [0, 5], out)
+        means = pooled.groupby(["epochs", "personalize"])[["val-mae", "test-mae"]].mean().reset_index()
+        best = means.loc[means["val-mae"].idxmin()]
+        print(f"pooled reference chosen on validation: {int(best['epochs'])} epochs, fine-tuning "
+              f"{int(best['personalize'])}: test MAE {best['test-mae']:.2f} L/day")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
