@@ -47,6 +47,7 @@ from bouquet.flower_logging import route_to_flower
 from bouquet.grid import PollingGrid
 from bouquet.messages import MessageFactory, flower_message
 from bouquet.personal_state import PersonalRun
+from bouquet.report import draw_report
 from bouquet.results import RunRecorder
 from bouquet.strategies.aggregation import Aggregator, Coalitions, FixedKRule, HKRule, WeightedMean
 from bouquet.strategies.attacks import AttackHarness
@@ -445,6 +446,11 @@ def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: fl
     }
     recorder.write_json("summary.json", summary)
     if len(rows):
+        try:
+            log.info("report: %s", draw_report(recorder.folder))
+        except Exception as error:  # noqa: BLE001 (a figure must never cost the run its results)
+            log.warning("report.png could not be drawn (%s: %s); python -m bouquet.report %s draws it again",
+                        type(error).__name__, error, recorder.folder)
         log.info("bouquet summary: %s, %d rounds, %d clients: MAE %.2f +- %.2f L/day%s, MSE %.4f (scaled); %s",
                  run.strategy, run.num_server_rounds, len(rows), mae.mean(), mae.std(), _naive_text(summary),
                  mse.mean(), recorder.folder)

@@ -29,6 +29,7 @@ def test_personalisation_runs_end_to_end_with_validation_numbers(run_app, extra,
     assert summary["val-mae-litres-mean"] > 0 and 0 <= summary["households-beating-own-best-naive"] <= 1
     clients = RunFolder(folder).table("clients")
     assert {"val-mae-litres", "naive-val-window-median"} <= set(clients.columns) and len(clients) == 4
+    assert (folder / "report.png").stat().st_size > 10_000 and "report: " in stdout
     pool = RunFolder(folder).table("pool")
     assert pool.loc[pool["status"] == "pool", "validation_windows"].gt(0).all()
     if "server-optimizer" in extra:

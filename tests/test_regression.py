@@ -76,6 +76,7 @@ def _check_results_folder(folder, stdout, strategy, rounds, clients):
     assert naive[best] == min(naive.values())
     assert run.summary()["skill-vs-best-naive"] == pytest.approx(1 - final["mae-litres"].mean() / naive[best])
     assert f"({best}: {naive[best]:.2f} L/day, the best naive forecast; skill" in stdout
+    assert (folder / "report.png").exists()  # every water run draws its report
 
 
 @pytest.mark.parametrize("extra, reference", [

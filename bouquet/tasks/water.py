@@ -21,9 +21,9 @@ from bouquet.tasks.base import Penalty, batch_indices, proximal_penalty
 from bouquet.tasks.params import HOUSEHOLD_BLENDS, LSTMParams, PerFedAvgSettings, PersonalParams, TrainSettings
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
 
-__all__ = ["NAIVE_FORECASTS", "LSTMForecaster", "TrainSettings", "WaterTask", "evaluate_windows", "household_blend",
-           "choose_blend", "naive_errors", "naive_forecasts", "naive_litres", "naive_metric", "node_windows", "predict",
-           "proximal_penalty", "split_windows", "train_windows", "training_loss"]
+__all__ = ["NAIVE_FORECASTS", "LSTMForecaster", "TrainSettings", "WaterTask", "choose_blend", "evaluate_windows",
+           "household_blend", "naive_errors", "naive_forecasts", "naive_litres", "naive_metric", "node_windows",
+           "predict", "proximal_penalty", "split_windows", "train_windows", "training_loss"]
 
 
 class LSTMForecaster(nn.Module):
