@@ -65,6 +65,7 @@ from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.strategies.update_selection import UpdateSelection
 from bouquet.tasks.vision import accuracy, batch_indices, make_model, torch_device
 from bouquet.tasks.water import NAIVE_FORECASTS, LSTMForecaster, naive_metric
+from bouquet.tuning import sample_std
 
 __all__ = ["app", "build_strategy", "evaluate_every_node", "make_aggregator"]
 
@@ -399,7 +400,7 @@ def _run_vision(grid: Grid, config: AppConfig, recorder: RunRecorder, started: f
         summary |= {"client-accuracy-per-round": [client_curve[r] for r in sorted(client_curve)],
                     "clients-evaluated": len(rows),
                     "client-accuracy-mean": float(final.mean()) if len(final) else None,
-                    "client-accuracy-std": float(final.std()) if len(final) else None,
+                    "client-accuracy-std": sample_std(final) if len(final) > 1 else None,
                     **_attack_summary(config, rows, "accuracy")}
     summary |= {**_selection_summary(config, strategy), **_resume_summary(checkpoint),
                 "wall-seconds": time.time() - started}
@@ -436,7 +437,7 @@ def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: fl
     summary = {
         "strategy": run.strategy, "rounds": run.num_server_rounds, "clients-evaluated": len(rows),
         "mae-litres-mean": float(mae.mean()) if len(mae) else None,
-        "mae-litres-std": float(mae.std()) if len(mae) else None,
+        "mae-litres-std": sample_std(mae) if len(mae) > 1 else None,
         "mse-mean": float(mse.mean()) if len(mse) else None,
         **({"val-mae-litres-mean": float(val.mean())} if len(val) else {}),
         **naive_summary(rows),
@@ -452,7 +453,7 @@ def _run_water(grid: Grid, config: AppConfig, recorder: RunRecorder, started: fl
             log.warning("report.png could not be drawn (%s: %s); python -m bouquet.report %s draws it again",
                         type(error).__name__, error, recorder.folder)
         log.info("bouquet summary: %s, %d rounds, %d clients: MAE %.2f +- %.2f L/day%s, MSE %.4f (scaled); %s",
-                 run.strategy, run.num_server_rounds, len(rows), mae.mean(), mae.std(), _naive_text(summary),
+                 run.strategy, run.num_server_rounds, len(rows), mae.mean(), sample_std(mae), _naive_text(summary),
                  mse.mean(), recorder.folder)
     else:
         log.warning("bouquet summary: no client answered the final evaluation; %s", recorder.folder)

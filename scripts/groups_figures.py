@@ -175,7 +175,7 @@ def summary_table(errors: pd.DataFrame, records: pd.DataFrame, unit: str) -> pd.
         naive = arm.startswith(NAIVE)
         rows.append({"arm": arm, "seeds": "-" if naive else len(seeds), f"final {unit}": mean,
                      "std across clients": seeds["std"].mean(),
-                     "std across seeds": None if naive else seeds["mean"].std(ddof=0),
+                     "std across seeds": None if naive else seeds["mean"].std(ddof=1),
                      "vs fedavg (%)": 100.0 * (mean - fedavg) / fedavg if fedavg else None,
                      "clients better than fedavg (%)": 100.0 * float((per_client.loc[arm]
                                                                       < per_client.loc["fedavg"]).mean())

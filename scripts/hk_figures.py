@@ -112,7 +112,7 @@ def final_mae(runs: Runs) -> pd.DataFrame:
         for run in folders:
             clients = run.table("clients")
             client_means.append(clients["mae-litres"].mean())
-            client_stds.append(clients["mae-litres"].std(ddof=0))
+            client_stds.append(clients["mae-litres"].std(ddof=1))
             final_mse.append(clients["mse"].mean())
         rows.append({"arm": arm, "seeds": len(folders),
                      "mae_mean": float(np.mean(client_means)),
@@ -123,7 +123,7 @@ def final_mae(runs: Runs) -> pd.DataFrame:
     naive = pd.DataFrame(naive_client_errors(next(iter(runs.values()))[0]))  # the same data for every arm
     for name, group in (naive.groupby("forecaster") if len(naive) else []):
         rows.append({"arm": f"naive: {name}", "seeds": 0, "mae_mean": float(group["mae"].mean()),
-                     "mae_std_across_clients": float(group["mae"].std(ddof=0)), "mae_std_across_seeds": float("nan"),
+                     "mae_std_across_clients": float(group["mae"].std(ddof=1)), "mae_std_across_seeds": float("nan"),
                      "final_mse": float("nan"), "final_mse_std_across_seeds": float("nan")})
     table = pd.DataFrame(rows)
     best = table.loc[table["arm"].str.startswith("naive: "), "mae_mean"].min() if len(naive) else float("nan")

@@ -274,7 +274,7 @@ def tables(runs: pd.DataFrame, out: Path, name: str = "table") -> None:
             for rnd in checkpoints:
                 row[f"round {rnd}"] = cells[cells["round"] == rnd]["accuracy"].mean()
             row["all avg"] = cells["accuracy"].mean()
-            row["all std"] = cells["accuracy"].std(ddof=0)
+            row["all std"] = cells["accuracy"].std(ddof=1)
             rows.append(row)
     table = pd.DataFrame(rows)
     shard_columns = [f"shard {k}" for k in sorted(mean["shards"].unique())]  # a budget may lack a shard count

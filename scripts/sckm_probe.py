@@ -184,7 +184,7 @@ def tables(pairs: pd.DataFrame, out: Path) -> None:
     for name, rows in (("probe_rank", ranks), ("probe_rel_a", rels)):
         table = pd.DataFrame(rows)
         avg = table[list(FEATURES)].mean()
-        std = table[list(FEATURES)].std(ddof=0)
+        std = table[list(FEATURES)].std(ddof=1)
         table = pd.concat([table, pd.DataFrame([{"charac": "all", "type": "avg", **avg},
                                                 {"charac": "all", "type": "std", **std}])])
         table.to_csv(out / f"{name}.csv", index=False)
