@@ -1,16 +1,19 @@
-"""The forecaster study under the honest protocol: tune on validation, then report the test numbers once.
+"""Water studies under the honest protocol: tune on validation, then report the test numbers once.
 
     python scripts/run_forecaster_study.py --data daiad --tune-seeds 0 1 --seeds 0 1 2 3 4
     python scripts/run_forecaster_study.py --data synthetic --arms local,fedavg,fedper --seeds 0 1 2 3 4
     python scripts/run_forecaster_study.py --data daiad --pooled          # + the pooled reference (no Flower)
+    python scripts/run_forecaster_study.py --study hk-paper --profile paper   # the HK paper's Table 4 arms
 
-Layers (``experiments/forecaster``): ``data/<data>.toml`` < ``profiles/<profile>.toml`` (the protocol:
-validation split, rounds, E, ...) < ``arms/<arm>.toml`` (fixed keys and a ``[grid]`` of candidates) <
-the seed (``seed`` and ``data-seed``: the synthetic pool is generated anew, the DAIAD pool reordered).
+Layers (``experiments/<study>``, default ``forecaster``): ``data/<data>.toml`` < ``profiles/<profile>.toml``
+(the protocol: validation split, rounds, E, ...) < ``arms/<arm>.toml`` (fixed keys and a ``[grid]`` of
+candidates) < the seed (``seed`` and ``data-seed``: the synthetic pool is generated anew, the DAIAD pool
+reordered).
 
-1. **The baseline, on validation.**  Which naive forecaster the model adds to (``forecast-baseline``): the
-   household blend (``household``) or the window median, whichever naive forecast has the lower mean
-   validation MAE over the tuning seeds' pools (computed here from the data, no training).
+1. **The baseline, on validation** (any forecaster but the paper's).  Which naive forecaster the model adds
+   to (``forecast-baseline``): the household blend (``household``) or the window median, whichever naive
+   forecast has the lower mean validation MAE over the tuning seeds' pools (computed here from the data, no
+   training).
 2. **Tuning.**  Every candidate of every arm runs on ``--tune-seeds`` (real ``flwr run``s, resumable:
    :func:`bouquet.experiments.run_jobs`); per arm the candidate with the lowest mean validation MAE is
    chosen (:func:`bouquet.tuning.choose_on_validation`); ``choices.csv`` / ``choices.md`` hold every
@@ -21,7 +24,8 @@ the seed (``seed`` and ``data-seed``: the synthetic pool is generated anew, the 
    candidate and against that naive forecaster, and the shares of households beating their own best naive
    forecast (chosen on their validation windows; and on the test days, the oracle).
 
-Results: ``<out>/<data>-<profile>/<arm>/<candidate>/seed-<k>/`` run folders and the tables beside them.
+Results: ``<out>/<data>-<profile>/<arm>/<candidate>/seed-<k>/`` run folders and the tables beside them
+(``--out`` default ``results/<study>``).
 """
 
 from __future__ import annotations
@@ -43,14 +47,13 @@ from bouquet.results import RunFolder, markdown_table
 from bouquet.tuning import Candidate, choose_on_validation, expand_grid, paired_interval, sample_std
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENTS = ROOT / "experiments" / "forecaster"
 REFERENCE_ARM = "fedavg"
 
 
-def candidates(arm: str) -> tuple[list[Candidate], dict[str, Any]]:
-    layer = load_layer(EXPERIMENTS, "arms", arm)
+def candidates(experiments: Path, arm: str) -> list[Candidate]:
+    layer = load_layer(experiments, "arms", arm)
     grid = layer.pop("grid", {})
-    return expand_grid(arm, layer, grid), layer
+    return expand_grid(arm, layer, grid)
 
 
 def slug(name: str) -> str:
@@ -59,8 +62,8 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9=.,_-]", "_", inner)
 
 
-def base_config(data: str, profile: str) -> dict[str, Any]:
-    return layered_run_config(EXPERIMENTS, [("data", data), ("profiles", profile)], ROOT)
+def base_config(experiments: Path, data: str, profile: str) -> dict[str, Any]:
+    return layered_run_config(experiments, [("data", data), ("profiles", profile)], ROOT)
 
 
 def seeded(config: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -193,31 +196,40 @@ def _train_pooled(model: Any, x: np.ndarray, y: np.ndarray, blends: np.ndarray, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="daiad", help="experiments/forecaster/data/<name>.toml")
-    parser.add_argument("--profile", default="study", help="experiments/forecaster/profiles/<name>.toml")
+    parser.add_argument("--study", default="forecaster", help="experiments/<study>/ (forecaster, hk-paper)")
+    parser.add_argument("--data", default="daiad", help="experiments/<study>/data/<name>.toml")
+    parser.add_argument("--profile", default="study", help="experiments/<study>/profiles/<name>.toml")
     parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all'")
     parser.add_argument("--tune-seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--out", default="results/forecaster")
+    parser.add_argument("--out", default=None, help="default: results/<study>")
     parser.add_argument("--ray-address", default=None, help="run the simulations on this existing Ray cluster")
     parser.add_argument("--pooled", action="store_true", help="also the pooled reference (in-process, no Flower)")
     parser.add_argument("--pooled-epochs", type=int, nargs="+", default=[2, 5, 10])
     parser.add_argument("--tune-only", action="store_true", help="stop after the choice (no test numbers)")
+    parser.add_argument("--supernodes", type=int, default=None,
+                        help="SuperNodes (the first N households of the pool); default: the whole pool")
     args = parser.parse_args(argv)
 
-    arms = sorted(p.stem for p in (EXPERIMENTS / "arms").glob("*.toml")) if args.arms == "all" \
+    experiments = ROOT / "experiments" / args.study
+    if not experiments.is_dir():
+        raise SystemExit(f"unknown study {args.study!r}: no folder {experiments}")
+    arms = sorted(p.stem for p in (experiments / "arms").glob("*.toml")) if args.arms == "all" \
         else args.arms.split(",")
-    base = base_config(args.data, args.profile)
+    base = base_config(experiments, args.data, args.profile)
     if base.get("data-source") == "daiad" and not Path(base["data-path"]).exists():
         raise SystemExit(f"DAIAD data file not found: {base['data-path']}")
-    out = Path(args.out).resolve() / f"{args.data}-{args.profile}"
+    out = Path(args.out or f"results/{args.study}").resolve() / f"{args.data}-{args.profile}"
     out.mkdir(parents=True, exist_ok=True)
-    baseline, naive = choose_baseline(base, args.tune_seeds)
-    (out / "baseline.json").write_text(json.dumps({"forecast-baseline": baseline, "validation-mae": naive}, indent=1))
-    print(f"baseline chosen on validation: {baseline} ({', '.join(f'{k} {v:.2f}' for k, v in naive.items())})")
-    base["forecast-baseline"] = baseline
-    supernodes = pool_size(ROOT, " ".join(f"{k}={toml_value(v)}" for k, v in seeded(base, 0).items()))
-    grids = {arm: candidates(arm)[0] for arm in arms}
+    baseline = None
+    if base.get("forecaster", "paper") != "paper":
+        baseline, naive = choose_baseline(base, args.tune_seeds)
+        (out / "baseline.json").write_text(json.dumps({"forecast-baseline": baseline, "validation-mae": naive},
+                                                      indent=1))
+        print(f"baseline chosen on validation: {baseline} ({', '.join(f'{k} {v:.2f}' for k, v in naive.items())})")
+        base["forecast-baseline"] = baseline
+    supernodes = args.supernodes or pool_size(ROOT, " ".join(f"{k}={toml_value(v)}" for k, v in seeded(base, 0).items()))
+    grids = {arm: candidates(experiments, arm) for arm in arms}
 
     def jobs_for(chosen: list[Candidate], seeds: list[int]) -> list[Job]:
         return [Job(f"{c.name} seed {s}", seeded({**base, **c.run_config}, s), out / c.arm / slug(c.name) / f"seed-{s}",
@@ -246,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "table.md").write_text(markdown_table(table) + "\n")
     print(markdown_table(table))
     if args.pooled:
-        pooled = pooled_reference(base, baseline, args.seeds, args.pooled_epochs, [0, 5], out)
+        pooled = pooled_reference(base, baseline or "none", args.seeds, args.pooled_epochs, [0, 5], out)
         means = pooled.groupby(["epochs", "personalize"])[["val-mae", "test-mae"]].mean().reset_index()
         best = means.loc[means["val-mae"].idxmin()]
         print(f"pooled reference chosen on validation: {int(best['epochs'])} epochs, fine-tuning "
