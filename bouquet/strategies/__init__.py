@@ -41,12 +41,14 @@ _EXPORTS = {
     "SamplingParams": "params", "SelectionParams": "params", "CoalitionParams": "params", "ProximalParams": "params",
     "ModelStoreParams": "params", "RobustRuleParams": "params",
     "FlowerRobustRule": "robust",
+    "ServerOptimizer": "server_opt",
 }
 
 __all__ = ["AssignedModels", "BouquetStrategy", "CFLClusters", "ClusterMeans", "CoalitionParams", "Coalitions",
            "ConsoleLines", "FixedKFedAvg", "FixedKRule", "FlowerRobustRule", "HKFedAvg", "HKRule", "IFCASampler", "LocalModels",
            "ModelStoreParams", "NodeOrder", "ProximalParams", "ProximalTerm", "RecorderObserver", "RobustRuleParams",
-           "SamplingParams", "SeededFedAvg", "SeededFedProx", "SelectionParams", "ServerState", "SharedModel", "SketchSelection",
+           "SamplingParams", "SeededFedAvg", "SeededFedProx", "SelectionParams", "ServerOptimizer", "ServerState", "SharedModel",
+           "SketchSelection",
            "TrajectoryWriter", "UniformSampler", "WeightedMean", "cfl_strategy", "ifca_strategy", "local_strategy",
            "robust_strategy", "screen_replies", "selection_strategy"]
 
