@@ -517,7 +517,9 @@ class AppConfig:
             if key not in _BY_NAME:
                 raise ConfigError(f"unknown run-config key {key!r}; known keys: {', '.join(_BY_NAME)}")
             given[key] = _coerce(key, value, type(defaults[key]))
-        values = {**defaults, **given, **_preset(given.get("forecaster", defaults["forecaster"]), given)}
+        preset = _preset(given.get("forecaster", defaults["forecaster"]), given) \
+            if given.get("task", defaults["task"]) == "water" else {}  # a water forecaster: nothing to set for images
+        values = {**defaults, **given, **preset}
         by_section: dict[str, dict[str, Any]] = {s.name: {} for s in _SECTIONS}
         for key in KEYS:
             _set_nested(by_section[key.section], key.path, values[key.name])
