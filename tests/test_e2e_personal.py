@@ -21,7 +21,8 @@ SMALL = ('forecaster="improved" validation-fraction=0.2 num-server-rounds=2 clie
     'strategy="fedavg" personalize-epochs=2 forecast-baseline="household" server-optimizer="adam"',
     'strategy="hk-cosine" personal-layers="head" personalize-epochs=1',
     'strategy="fedmedian" ditto-lambda=0.5',
-], ids=["fine-tuning+household+fedadam", "hk+fedper", "fedmedian+ditto"])
+    'strategy="ifca" ifca-k=2 personal-layers="head" personalize-epochs=1',
+], ids=["fine-tuning+household+fedadam", "hk+fedper", "fedmedian+ditto", "ifca+fedper"])
 def test_personalisation_runs_end_to_end_with_validation_numbers(run_app, extra, tmp_path):
     folder, stdout = run_app(f"{SMALL} {extra} personal-state-dir=\"{tmp_path / 'nodes'}\"", supernodes=4)
     summary = json.loads((folder / "summary.json").read_text())
