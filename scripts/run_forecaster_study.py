@@ -22,7 +22,7 @@ reordered).
    ``table.md`` give its test MAE (mean and sample std over seeds), skill against the best naive forecaster
    (chosen on validation, per seed), paired differences with 95 % t intervals against FedAvg's chosen
    candidate and against that naive forecaster, and the shares of households beating their own best naive
-   forecast (chosen on their validation windows; and on the test days, the oracle).
+   forecast (chosen on their validation windows; and on the test days, the oracle); ``table.png`` draws it.
 
 Results: ``<out>/<data>-<profile>/<arm>/<candidate>/seed-<k>/`` run folders and the tables beside them
 (``--out`` default ``results/<study>``).
@@ -122,6 +122,38 @@ def study_table(final: pd.DataFrame) -> pd.DataFrame:
                                                                    reference.loc[common]).text()
         rows.append(row)
     return pd.DataFrame(rows).sort_values("test MAE").reset_index(drop=True)
+
+
+def plot_study(final: pd.DataFrame, out: Path) -> Path:
+    """``table.png``: each arm's test MAE relative to the best naive forecaster of the same seed (chosen on
+    validation), per seed (dots), with its mean and paired 95 % t interval; 0 is the naive forecaster."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    relative = final.assign(change=100 * (final["test-mae"] / final["best-naive-mae"] - 1))
+    order = relative.groupby("arm")["change"].mean().sort_values().index.tolist()
+    fig, ax = plt.subplots(figsize=(1.3 * len(order) + 3, 4.5), constrained_layout=True)
+    for x, arm in enumerate(order):
+        rows = relative[relative["arm"] == arm]
+        interval = paired_interval(rows["test-mae"], rows["best-naive-mae"])
+        mean_naive = rows["best-naive-mae"].mean()
+        half = 100 * interval.half_width / mean_naive if interval.n > 1 else 0.0
+        ax.errorbar(x, rows["change"].mean(), yerr=half, fmt="o", color="black", capsize=4, zorder=3)
+        ax.scatter(np.full(len(rows), x) + np.linspace(-0.15, 0.15, len(rows)), rows["change"], s=14, alpha=0.7,
+                   zorder=2)
+    ax.axhline(0, ls="--", color="tab:orange", label=f"best naive forecaster, chosen on validation "
+                                                    f"({final['best-naive'].mode().iloc[0]})")
+    ax.set_xticks(range(len(order)), order, rotation=20)
+    ax.set_ylabel("test MAE vs the best naive (%)")
+    ax.set_title(f"each arm's chosen candidate, {final['seed'].nunique()} seeds: mean, paired 95 % interval",
+                 fontsize=10)
+    ax.legend(loc="best", fontsize=8)
+    path = out / "table.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def pooled_reference(base: dict[str, Any], baseline: str, seeds: list[int], epochs: list[int],
@@ -256,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     table = study_table(final)
     table.to_csv(out / "table.csv", index=False)
     (out / "table.md").write_text(markdown_table(table) + "\n")
+    plot_study(final, out)
     print(markdown_table(table))
     if args.pooled:
         pooled = pooled_reference(base, baseline or "none", args.seeds, args.pooled_epochs, [0, 5], out)

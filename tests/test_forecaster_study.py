@@ -27,6 +27,7 @@ def test_smoke_study_chooses_on_validation_and_reports_paired_intervals(tmp_path
     table = pd.read_csv(base / "table.csv").set_index("arm")
     assert table.loc["fedprox", "candidate"] == chosen and table.loc["fedprox", "seeds"] == 2
     assert "[" in table.loc["fedprox", "vs fedavg [95 % CI]"]
+    assert (base / "table.png").stat().st_size > 5000
     runs = pd.read_csv(base / "runs.csv")
     mean = runs[runs["arm"] == "fedprox"]["test-mae"].mean()
     assert table.loc["fedprox", "test MAE"] == pytest.approx(mean)
