@@ -276,12 +276,16 @@ def naive_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _naive_text(summary: dict[str, Any]) -> str:
-    """`` (window mean: 166.30 L/day, the best naive forecast; skill -6.6 %)`` for the console line."""
+    """`` (window mean: 166.30 L/day, the best naive forecast; skill -6.6 %)`` for the console line (``the best
+    naive forecast on validation`` when it was chosen there), and the share of households beating their own."""
     if "best-naive" not in summary:
         return ""
     skill = summary["skill-vs-best-naive"]
+    where = " on validation" if summary.get("best-naive-chosen-on") == "validation" else ""
+    share = summary.get("households-beating-own-best-naive")
+    beats = f"; {100 * share:.0f} % of households beat their own{where}" if share is not None and where else ""
     return (f" ({summary['best-naive']}: {summary['best-naive-mae-litres']:.2f} L/day, the best "
-            f"naive forecast; skill {100 * skill:+.1f} %)" if skill is not None else "")
+            f"naive forecast{where}; skill {100 * skill:+.1f} %{beats})" if skill is not None else "")
 
 
 def _resume_summary(checkpoint: Checkpoint | None) -> dict[str, Any]:
