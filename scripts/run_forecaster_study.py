@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pooled", action="store_true", help="also the pooled reference (in-process, no Flower)")
     parser.add_argument("--pooled-epochs", type=int, nargs="+", default=[2, 5, 10])
     parser.add_argument("--tune-only", action="store_true", help="stop after the choice (no test numbers)")
+    parser.add_argument("--docs", type=Path, default=None,
+                        help="also copy the tables and figures (not the run folders) into this folder")
     parser.add_argument("--supernodes", type=int, default=None,
                         help="SuperNodes (the first N households of the pool); default: the whole pool")
     args = parser.parse_args(argv)
@@ -299,6 +302,13 @@ def main(argv: list[str] | None = None) -> int:
         best = means.loc[means["val-mae"].idxmin()]
         print(f"pooled reference chosen on validation: {int(best['epochs'])} epochs, fine-tuning "
               f"{int(best['personalize'])}: test MAE {best['test-mae']:.2f} L/day")
+    if args.docs is not None:
+        args.docs.mkdir(parents=True, exist_ok=True)
+        for name in ("baseline.json", "choices.csv", "choices.md", "runs.csv", "table.csv", "table.md", "table.png",
+                     "pooled.csv"):
+            if (out / name).exists():
+                shutil.copyfile(out / name, args.docs / name)
+        print(f"tables and figures copied to {args.docs}")
     return 1 if failures else 0
 
 
