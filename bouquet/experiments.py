@@ -208,8 +208,8 @@ def naive_client_errors(run: RunFolder) -> list[dict[str, Any]]:
     if config.run.task != "water":
         return []
     clients = run.table("clients")
-    columns = {naive_metric(name): name for name in NAIVE_FORECASTS}
-    if set(columns) <= set(clients.columns):
+    columns = {naive_metric(name): name for name in NAIVE_FORECASTS if naive_metric(name) in clients.columns}
+    if columns:  # the clients reported them (the blend only with a validation split)
         return [{"partition-id": int(row["partition-id"]), "forecaster": name, "mae": float(row[column])}
                 for _, row in clients.iterrows() for column, name in columns.items()]
     from bouquet.data.water import load_pool
