@@ -71,13 +71,23 @@ __all__ = ["FORECASTERS", "KEYS", "STRATEGIES", "TASKS", "AppConfig", "ConfigErr
 TASKS = ("water", "vision")
 
 #: The ``forecaster`` presets of the water task: the run-config keys each sets.  ``paper`` sets none (every
-#: key's default is the paper's protocol); ``improved`` bundles what won the side-by-side probe
-#: (scripts/forecaster_probe.py; docs/RESULTS.md, "A forecaster worth federating").
+#: key's default is the paper's protocol: the reproduction); ``improved`` bundles the model's inputs, loss and
+#: baseline of the side-by-side probe (scripts/forecaster_probe.py); ``personal`` is the app's default job
+#: (pyproject.toml): the ``improved`` inputs and loss over each household's blend of window median and
+#: weekday mean chosen on its validation windows, three local epochs of Adam 0.01 for 50 rounds, and five
+#: epochs of fine-tuning on the node before it evaluates and forecasts -- the recipe the forecaster study
+#: chose on validation (docs/RESULTS.md, "The forecaster study").  Per-round evaluation on a tenth of the
+#: nodes (the final model is evaluated on every node): each evaluation fine-tunes first.
 FORECASTERS: dict[str, dict[str, Any]] = {
     "paper": {},
     "improved": {"forecast-baseline": "window-median", "forecast-loss": "l1", "calendar-inputs": "weekday",
                  "household-inputs": "profile"},
+    "personal": {"forecast-baseline": "household", "forecast-loss": "l1", "calendar-inputs": "weekday",
+                 "household-inputs": "profile", "validation-fraction": 0.15, "learning-rate": 0.01,
+                 "local-epochs": 3, "num-server-rounds": 50, "personalize-epochs": 5, "fraction-evaluate": 0.1},
 }
+#: Preset keys not applied with Per-FedAvg, which personalises the served model itself.
+_PERSONALISATION_KEYS = ("personalize-epochs", "personal-layers", "ditto-lambda")
 
 #: Strategy families and their variants (the part of the name after the family).
 _FAMILIES: dict[str, tuple[str, ...]] = {"fedavg": (), "fedprox": (), "hk": ("cosine", "euclidean", "cosine-bounded"),
@@ -138,10 +148,11 @@ class RunParams:
         The run folder's name (default: date, time and strategy).
     round_timeout : float, default 3600
         Seconds the server waits for a round's replies; a node that has not answered is reported lost.
-    forecaster : {"paper", "improved"}, default "paper"
+    forecaster : {"paper", "improved", "personal"}, default "paper"
         The water forecaster's preset (:data:`FORECASTERS`): ``paper`` leaves every forecaster key as
         given; another preset sets the keys it bundles, except those the run config sets to another
-        value than their default (those win).
+        value than their default (those win).  The app's ``pyproject.toml`` sets ``personal`` (the
+        default job); this class's default is the paper's, for code that builds a config itself.
     """
 
     num_server_rounds: int = 20
@@ -581,6 +592,8 @@ def _preset(name: Any, given: Mapping[str, Any]) -> dict[str, Any]:
     changed; to set a preset's key back to its paper default, start from ``forecaster = "paper"``).  An
     unknown name is left to :class:`RunParams`."""
     preset = FORECASTERS.get(name, {})
+    if str(given.get("strategy", _DEFAULTS["strategy"])).startswith("perfedavg"):
+        preset = {key: value for key, value in preset.items() if key not in _PERSONALISATION_KEYS}
     return {key: value for key, value in preset.items() if key not in given or given[key] == _DEFAULTS[key]}
 
 

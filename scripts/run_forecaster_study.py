@@ -48,7 +48,7 @@ from bouquet.results import RunFolder, markdown_table
 from bouquet.tuning import Candidate, choose_on_validation, expand_grid, paired_interval, sample_std
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE_ARM = "fedavg"
+REFERENCE_ARMS = ("fedavg", "local")
 
 
 def candidates(experiments: Path, arm: str) -> list[Candidate]:
@@ -103,10 +103,12 @@ def run_rows(folder: Path, arm: str, candidate: str, seed: int) -> dict[str, Any
             "households": len(clients), "wall-seconds": s.get("wall-seconds")}
 
 
-def study_table(final: pd.DataFrame) -> pd.DataFrame:
+def study_table(final: pd.DataFrame, references: tuple[str, ...] = REFERENCE_ARMS) -> pd.DataFrame:
     """Per arm (its chosen candidate), its mean validation MAE over every seed (the column that picks the
-    study's winner), the test numbers over seeds and the paired intervals; rows by validation MAE."""
-    reference = final[final["arm"] == REFERENCE_ARM].set_index("seed")["test-mae"]
+    study's winner), the test numbers over seeds and the paired intervals (against the best naive forecaster
+    and against each of ``references`` that ran: FedAvg and local training); rows by validation MAE."""
+    reference_mae = {ref: final[final["arm"] == ref].set_index("seed")["test-mae"] for ref in references
+                     if (final["arm"] == ref).any()}
     rows = []
     for arm, group in final.groupby("arm", sort=False):
         group = group.set_index("seed").sort_index()
@@ -119,10 +121,11 @@ def study_table(final: pd.DataFrame) -> pd.DataFrame:
                "vs best naive [95 % CI]": paired_interval(group["test-mae"], naive).text(),
                "beats own naive (val)": group["beats-own-naive"].mean(),
                "beats own naive (test)": group["beats-own-naive-on-test"].mean()}
-        common = group.index.intersection(reference.index)
-        if arm != REFERENCE_ARM and len(common):
-            row[f"vs {REFERENCE_ARM} [95 % CI]"] = paired_interval(group.loc[common, "test-mae"],
-                                                                   reference.loc[common]).text()
+        for ref, reference in reference_mae.items():
+            common = group.index.intersection(reference.index)
+            if arm != ref and len(common):
+                row[f"vs {ref} [95 % CI]"] = paired_interval(group.loc[common, "test-mae"],
+                                                             reference.loc[common]).text()
         rows.append(row)
     # in the order of the validation MAE: the arm on top is the one validation would pick
     return pd.DataFrame(rows).sort_values("val MAE").reset_index(drop=True)
@@ -238,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all'")
     parser.add_argument("--tune-seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--reference", default=list(REFERENCE_ARMS), nargs="+",
+                        help="the arms every other arm is paired with (default: fedavg local)")
     parser.add_argument("--out", default=None, help="default: results/<study>")
     parser.add_argument("--ray-address", default=None, help="run the simulations on this existing Ray cluster")
     parser.add_argument("--pooled", action="store_true", help="also the pooled reference (in-process, no Flower)")
@@ -291,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     final = pd.DataFrame([r for c in chosen for s in args.seeds
                           if (r := run_rows(out / c.arm / slug(c.name) / f"seed-{s}", c.arm, c.name, s))])
     final.to_csv(out / "runs.csv", index=False)
-    table = study_table(final)
+    table = study_table(final, tuple(args.reference))
     table.to_csv(out / "table.csv", index=False)
     (out / "table.md").write_text(markdown_table(table) + "\n")
     plot_study(final, out)

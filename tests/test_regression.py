@@ -181,3 +181,33 @@ def test_vision_piggyback_sckm_select(run_app):
     select = RunFolder(folder).rounds("select")
     assert [r["explored"] for r in select] == [2, 2, 0]  # 4 unseen nodes: two rounds of exploration
     assert all("query-seconds" not in r for r in select)  # no extra round trip
+
+
+@pytest.fixture
+def run_app_default(run_app):
+    """The default job as pyproject.toml declares it (run_app adds the paper's forecaster unless one is named)."""
+    return lambda rounds, clients, supernodes: run_app(
+        f'forecaster="personal" num-server-rounds={rounds} clients-per-round={clients}', supernodes=supernodes)
+
+
+def test_the_default_job_short(run_app_default):
+    """The app's default job (``forecaster = "personal"`` in pyproject.toml), shortened: 3 rounds of 4 of 12
+    households.  Pinned when the default changed from the paper's forecaster to the personal one (the pins
+    above run ``forecaster = "paper"`` and did not move)."""
+    folder, stdout = run_app_default(3, 4, 12)
+    summary = RunFolder(folder).summary()
+    config = RunFolder(folder).config()
+    assert (config["forecaster"], config["forecast-baseline"], config["learning-rate"], config["local-epochs"],
+            config["personalize-epochs"], config["validation-fraction"]) == ("personal", "household", 0.01, 3, 5, 0.15)
+    np.testing.assert_allclose([summary["mae-litres-mean"], summary["mae-litres-std"], summary["mse-mean"],
+                                summary["val-mae-litres-mean"]],
+                               [117.16417585767705, 42.75786999909571, 0.01750591866916287, 118.53127492834551],
+                               rtol=RTOL)
+    np.testing.assert_allclose(_rounds(folder, "train", "train-loss"),
+                               [0.0786386397218293, 0.09513721987429043, 0.07935115740421476], rtol=RTOL)
+    # a tenth of the nodes evaluate each round (one of 12; each fine-tunes first), every node at the end
+    np.testing.assert_allclose(_rounds(folder, "evaluate", "mse"),
+                               [0.029491267293112244, 0.004887609232889109, 0.004929371572153311], rtol=RTOL)
+    assert summary["clients-evaluated"] == 12 and summary["best-naive"] == "median-weekday blend"
+    assert "the best naive forecast on validation; skill" in stdout
+    assert (folder / "report.png").exists()
