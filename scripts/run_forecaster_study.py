@@ -98,6 +98,7 @@ def run_rows(folder: Path, arm: str, candidate: str, seed: int) -> dict[str, Any
     return {"arm": arm, "candidate": candidate, "seed": seed, "val-mae": s.get("val-mae-litres-mean"),
             "test-mae": s["mae-litres-mean"], "best-naive": s.get("best-naive"),
             "best-naive-mae": s.get("best-naive-mae-litres"),
+            "window-median-mae": s.get("naive-mae-litres", {}).get("window median"),
             "beats-own-naive": s.get("households-beating-own-best-naive"),
             "beats-own-naive-on-test": s.get("households-beating-own-best-naive-on-test"),
             "households": len(clients), "wall-seconds": s.get("wall-seconds")}
@@ -119,6 +120,8 @@ def study_table(final: pd.DataFrame, references: tuple[str, ...] = REFERENCE_ARM
                "best naive (val)": naive.mean(),
                "skill vs best naive": float(np.mean(1 - group["test-mae"] / naive)),
                "vs best naive [95 % CI]": paired_interval(group["test-mae"], naive).text(),
+               # the naive forecaster every earlier water result was measured against
+               "vs window median [95 % CI]": paired_interval(group["test-mae"], group["window-median-mae"]).text(),
                "beats own naive (val)": group["beats-own-naive"].mean(),
                "beats own naive (test)": group["beats-own-naive-on-test"].mean()}
         for ref, reference in reference_mae.items():
