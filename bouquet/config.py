@@ -592,7 +592,8 @@ def _preset(name: Any, given: Mapping[str, Any]) -> dict[str, Any]:
     changed; to set a preset's key back to its paper default, start from ``forecaster = "paper"``).  An
     unknown name is left to :class:`RunParams`."""
     preset = FORECASTERS.get(name, {})
-    if str(given.get("strategy", _DEFAULTS["strategy"])).startswith("perfedavg"):
+    strategy = given.get("strategy", _DEFAULTS["strategy"])
+    if strategy in STRATEGIES and StrategySpec.parse(strategy).family == "perfedavg":
         preset = {key: value for key, value in preset.items() if key not in _PERSONALISATION_KEYS}
     return {key: value for key, value in preset.items() if key not in given or given[key] == _DEFAULTS[key]}
 

@@ -18,6 +18,25 @@ def test_pyproject_defaults_equal_appconfig_defaults():
     assert AppConfig.from_run_config({**declared, "forecaster": "paper"}) == AppConfig()
 
 
+def test_the_personal_preset_is_the_default_job_and_per_fedavg_keeps_its_own_personalisation():
+    declared = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
+    job = AppConfig.from_run_config(declared)  # what flwr run . runs
+    assert job.run.forecaster == "personal" and job.run.strategy == "hk-cosine"
+    assert (job.water_model.baseline, job.water_train.loss, job.water_data.validation_fraction) == \
+        ("household", "l1", 0.15)
+    assert (job.run.num_server_rounds, job.water_train.epochs, job.water_train.learning_rate) == (50, 3, 0.01)
+    assert job.personal.epochs == 5 and job.sampling.fraction_evaluate == 0.1
+    assert AppConfig.from_run_config(job.to_run_config()) == job
+    # a key given another value than its default wins
+    assert AppConfig.from_run_config({**declared, "num-server-rounds": 8}).run.num_server_rounds == 8
+    # Per-FedAvg personalises the served model itself: the preset's fine-tuning is left out, not an error
+    perfedavg = AppConfig.from_run_config({**declared, "strategy": "perfedavg-fo"})
+    assert perfedavg.personal.epochs == 0 and perfedavg.water_train.epochs == 3
+    # one key away from the paper's reproduction
+    paper = AppConfig.from_run_config({**declared, "forecaster": "paper"})
+    assert (paper.water_model.baseline, paper.run.num_server_rounds, paper.personal.epochs) == ("none", 20, 0)
+
+
 def test_empty_run_config_is_the_default():
     assert AppConfig.from_run_config({}) == AppConfig()
 

@@ -183,18 +183,12 @@ def test_vision_piggyback_sckm_select(run_app):
     assert all("query-seconds" not in r for r in select)  # no extra round trip
 
 
-@pytest.fixture
-def run_app_default(run_app):
-    """The default job as pyproject.toml declares it (run_app adds the paper's forecaster unless one is named)."""
-    return lambda rounds, clients, supernodes: run_app(
-        f'forecaster="personal" num-server-rounds={rounds} clients-per-round={clients}', supernodes=supernodes)
-
-
-def test_the_default_job_short(run_app_default):
+def test_the_default_job_short(run_app):
     """The app's default job (``forecaster = "personal"`` in pyproject.toml), shortened: 3 rounds of 4 of 12
     households.  Pinned when the default changed from the paper's forecaster to the personal one (the pins
     above run ``forecaster = "paper"`` and did not move)."""
-    folder, stdout = run_app_default(3, 4, 12)
+    # forecaster named: run_app adds the paper's unless a run config names one
+    folder, stdout = run_app('forecaster="personal" num-server-rounds=3 clients-per-round=4', supernodes=12)
     summary = RunFolder(folder).summary()
     config = RunFolder(folder).config()
     assert (config["forecaster"], config["forecast-baseline"], config["learning-rate"], config["local-epochs"],

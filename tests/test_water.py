@@ -1,7 +1,6 @@
 """Water preprocessing: window/target alignment, no leakage, split sizes, filters, cache."""
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,8 +18,6 @@ from bouquet.data.water import (
     make_windows,
     select_pool,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def household(values, hid="h"):
@@ -321,29 +318,6 @@ def test_forecaster_preset_sets_its_keys_and_a_key_given_otherwise_wins():
     paper = AppConfig()
     assert (paper.run.forecaster, paper.water_model.baseline, paper.water_train.loss, paper.water_data.calendar,
             paper.water_data.scaler) == ("paper", "none", "mse", "none", "minmax")
-
-
-def test_the_personal_preset_is_the_default_job_and_per_fedavg_keeps_its_own_personalisation():
-    import tomllib
-
-    from bouquet.config import AppConfig
-
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    job = AppConfig.from_run_config(declared)  # what flwr run . runs
-    assert job.run.forecaster == "personal" and job.run.strategy == "hk-cosine"
-    assert (job.water_model.baseline, job.water_train.loss, job.water_data.validation_fraction) == \
-        ("household", "l1", 0.15)
-    assert (job.run.num_server_rounds, job.water_train.epochs, job.water_train.learning_rate) == (50, 3, 0.01)
-    assert job.personal.epochs == 5 and job.sampling.fraction_evaluate == 0.1
-    assert AppConfig.from_run_config(job.to_run_config()) == job
-    # a key given another value than its default wins
-    assert AppConfig.from_run_config({**declared, "num-server-rounds": 8}).run.num_server_rounds == 8
-    # Per-FedAvg personalises the served model itself: the preset's fine-tuning is left out, not an error
-    perfedavg = AppConfig.from_run_config({**declared, "strategy": "perfedavg-fo"})
-    assert perfedavg.personal.epochs == 0 and perfedavg.water_train.epochs == 3
-    # one key away from the paper's reproduction
-    paper = AppConfig.from_run_config({**declared, "forecaster": "paper"})
-    assert (paper.water_model.baseline, paper.run.num_server_rounds, paper.personal.epochs) == ("none", 20, 0)
 
 
 def test_a_water_task_scores_and_trains_with_its_loss_and_calendar_inputs():
