@@ -209,7 +209,7 @@ _SECTIONS = (
     _Section("grid", GridParams, rename={"max_in_flight": "max-in-flight"},
              skip=("poll", "max_poll", "backoff", "retries")),
     _Section("sampling", SamplingParams,
-             skip=("fraction_train", "min_train_nodes", "min_evaluate_nodes", "min_available_nodes")),
+             skip=("fraction_train", "min_train_nodes", "min_evaluate_nodes", "min_available_nodes", "identify_nodes")),
     _Section("selection", SelectionParams, rename={"mode": "selection-mode"}),
     _Section("hk", HKParams, prefix="hk-", skip=("geometry", "barycenter_weighting")),
     _Section("coalitions", CoalitionParams, prefix="hk-"),
@@ -260,7 +260,10 @@ _NESTED = (Key("synthetic-households", "water_data", ("synthetic", "n_households
 #: S of the app (the HK paper's 50 clients a round); SamplingParams' own default (None: a fraction) is for
 #: other people's apps.
 APP_CLIENTS_PER_ROUND = 50
-_APP_DEFAULTS = {("sampling", ("clients_per_round",)): APP_CLIENTS_PER_ROUND}
+#: FedProx's mu in the app (the HK paper's setting); ProximalParams' own default (0.0) is Flower's FedProx's.
+APP_PROXIMAL_MU = 0.01
+_APP_DEFAULTS = {("sampling", ("clients_per_round",)): APP_CLIENTS_PER_ROUND,
+                 ("proximal", ("mu",)): APP_PROXIMAL_MU}
 
 
 def _section_keys(section: _Section) -> Iterator[Key]:
@@ -360,7 +363,7 @@ class AppConfig:
     hk: HKParams | None = field(default_factory=HKParams)
     coalitions: CoalitionParams = field(default_factory=CoalitionParams)
     fixed_k: FixedKParams = field(default_factory=FixedKParams)
-    proximal: ProximalParams = field(default_factory=ProximalParams)
+    proximal: ProximalParams = field(default_factory=lambda: ProximalParams(mu=APP_PROXIMAL_MU))
     server_opt: ServerOptParams = field(default_factory=ServerOptParams)
     perfedavg: PerFedAvgSettings = field(default_factory=PerFedAvgSettings)
     water_data: WaterDataConfig = field(default_factory=WaterDataConfig)

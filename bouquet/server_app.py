@@ -116,7 +116,7 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
     # the vision task scores the global model centrally unless its clients evaluate; every node of the app
     # is waited for one at a time
     central_only = config.run.task == "vision" and config.central.mode == "central"
-    sampling = dataclasses.replace(config.sampling, min_evaluate_nodes=1, min_available_nodes=1,
+    sampling = dataclasses.replace(config.sampling, min_evaluate_nodes=1, min_available_nodes=1, identify_nodes=True,
                                    fraction_evaluate=0.0 if central_only else config.sampling.fraction_evaluate)
     by_updates = config.selection.sketch_source == "local-update"  # every candidate trains; selection filters
     if config.spec.family == "ifca":

@@ -183,7 +183,8 @@ def _grid(base):
 
 
 def _strategy(wait=30.0):
-    return BouquetStrategy(sampler=UniformSampler(SamplingParams(clients_per_round=4, seed=3, node_wait_seconds=wait)),
+    return BouquetStrategy(sampler=UniformSampler(SamplingParams(clients_per_round=4, seed=3, node_wait_seconds=wait,
+                                                                 identify_nodes=True)),
                            aggregator=Coalitions(HKRule(HKParams(tau=0.9))), models=AssignedModels(),
                            message_factory=make_message)
 

@@ -37,6 +37,10 @@ def test_hk_strategy_drops_into_a_foreign_flower_app_on_an_existing_ray_cluster(
         output = done.stdout + done.stderr
         assert done.returncode == 0, output[-4000:]
         assert "Starting HKFedAvg strategy" in output and "HK cosine tau=0.5 -> K=2" in output
+        # the app registers no bouquet query handler: none is sent (no traceback on any node), one line says so
+        assert "No query function registered" not in output and "query.identify" not in output.replace(
+            "no query.identify is sent", "")
+        assert output.count("nodes are ordered by node id") == 1
         final = output.split("FOREIGN-APP-FINAL", 1)[1].split("]", 1)[0].strip(" [")
         weights = [float(v) for v in final.split(",")]
         assert len(weights) == 3 and all(np.isfinite(weights))

@@ -13,8 +13,11 @@ aggregator::
         sampler=SketchSelection(SCKMClusterSelector(), SamplingParams(clients_per_round=10)),
         aggregator=Coalitions(HKRule(HKParams(geometry="cosine", tau=0.75))))
 
-Drop-in names for a one-line swap with Flower's ``FedAvg``: :class:`HKFedAvg`, :class:`FixedKFedAvg`,
-:class:`SeededFedAvg`, :class:`SeededFedProx` and :func:`selection_strategy`.  Names are imported on
+Drop-in names for a one-line swap with Flower's strategies (same constructor arguments, same order,
+same defaults): :class:`HKFedAvg`, :class:`FixedKFedAvg` and :class:`SeededFedAvg` for ``FedAvg``,
+:class:`SeededFedProx` for ``FedProx``, :class:`SeededKrum`, :class:`SeededMultiKrum`,
+:class:`SeededBulyan`, :class:`SeededFedMedian` and :class:`SeededFedTrimmedAvg` for Flower's robust
+rules; :func:`selection_strategy` puts a selector in place of FedAvg's sampling.  Names are imported on
 first use, so that ``bouquet.strategies.params`` (read by the app's config) loads no Flower code.
 """
 
@@ -27,6 +30,8 @@ _EXPORTS = {
     "BouquetStrategy": "strategy",
     "SeededFedAvg": "wrappers", "SeededFedProx": "wrappers", "HKFedAvg": "wrappers", "FixedKFedAvg": "wrappers",
     "selection_strategy": "wrappers",
+    "SeededKrum": "wrappers", "SeededMultiKrum": "wrappers", "SeededBulyan": "wrappers", "SeededFedMedian": "wrappers",
+    "SeededFedTrimmedAvg": "wrappers",
     "UniformSampler": "sampling", "NodeOrder": "sampling",
     "SketchSelection": "selection",
     "WeightedMean": "aggregation", "Coalitions": "aggregation", "HKRule": "aggregation", "FixedKRule": "aggregation",
@@ -39,18 +44,20 @@ _EXPORTS = {
     "ServerState": "state",
     "screen_replies": "replies",
     "SamplingParams": "params", "SelectionParams": "params", "CoalitionParams": "params", "ProximalParams": "params",
-    "ModelStoreParams": "params", "RobustRuleParams": "params",
+    "ModelStoreParams": "params", "RobustRuleParams": "params", "RecordParams": "params",
     "FlowerRobustRule": "robust",
     "ServerOptimizer": "server_opt",
 }
 
-__all__ = ["AssignedModels", "BouquetStrategy", "CFLClusters", "ClusterMeans", "CoalitionParams", "Coalitions",
-           "ConsoleLines", "FixedKFedAvg", "FixedKRule", "FlowerRobustRule", "HKFedAvg", "HKRule", "IFCASampler", "LocalModels",
-           "ModelStoreParams", "NodeOrder", "ProximalParams", "ProximalTerm", "RecorderObserver", "RobustRuleParams",
-           "SamplingParams", "SeededFedAvg", "SeededFedProx", "SelectionParams", "ServerOptimizer", "ServerState", "SharedModel",
-           "SketchSelection",
-           "TrajectoryWriter", "UniformSampler", "WeightedMean", "cfl_strategy", "ifca_strategy", "local_strategy",
-           "robust_strategy", "screen_replies", "selection_strategy"]
+__all__ = ["AssignedModels", "BouquetStrategy", "CFLClusters", "ClusterMeans", "CoalitionParams",
+           "Coalitions", "ConsoleLines", "FixedKFedAvg", "FixedKRule", "FlowerRobustRule", "HKFedAvg",
+           "HKRule", "IFCASampler", "LocalModels", "ModelStoreParams", "NodeOrder", "ProximalParams",
+           "ProximalTerm", "RecordParams", "RecorderObserver", "RobustRuleParams", "SamplingParams",
+           "SeededBulyan", "SeededFedAvg", "SeededFedMedian", "SeededFedProx", "SeededFedTrimmedAvg",
+           "SeededKrum", "SeededMultiKrum", "SelectionParams", "ServerOptimizer", "ServerState",
+           "SharedModel", "SketchSelection", "TrajectoryWriter", "UniformSampler", "WeightedMean",
+           "cfl_strategy", "ifca_strategy", "local_strategy", "robust_strategy", "screen_replies",
+           "selection_strategy"]
 
 
 def __getattr__(name: str) -> Any:

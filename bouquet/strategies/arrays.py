@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-__all__ = ["FlatLayout", "Model", "array_view", "stack_models", "stack_records", "to_numpy", "to_record"]
+__all__ = ["FlatLayout", "Model", "array_view", "compute_dtype", "stack_models", "stack_records", "to_numpy", "to_record"]
 
 #: A model: array name -> value, in the order of the record it came from.
 Model = Mapping[str, np.ndarray]
@@ -101,6 +101,12 @@ class FlatLayout:
             pieces[name] = vector[offset : offset + count].reshape(shape).astype(dtype)
             offset += count
         return {name: pieces.get(name, value) for name, value in template.items()}
+
+
+def compute_dtype(model: Model) -> np.dtype:
+    """The floating dtype a model is aggregated in: the widest of its floating arrays, at least float32."""
+    floating = [value.dtype for value in model.values() if np.issubdtype(value.dtype, np.floating)]
+    return np.result_type(np.float32, *floating)
 
 
 def stack_models(models: Sequence[Model], dtype: np.dtype = np.float32) -> tuple[np.ndarray, FlatLayout]:

@@ -116,6 +116,9 @@ class IFCASampler:
         Seconds to wait for the loss replies; a node that fails or is late is not trained this round.
     """
 
+    #: Why aggregation needs the configured round (each reply's cluster is the one chosen there).
+    configure_needed = "each client's cluster is chosen by its losses in configure_train"
+
     def __init__(self, params: IFCAParams, sampling: SamplingParams, query_timeout: float = 600.0) -> None:
         self.params = params
         self.sampling = sampling

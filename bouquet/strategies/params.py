@@ -24,6 +24,7 @@ __all__ = [
     "CoalitionParams",
     "ModelStoreParams",
     "ProximalParams",
+    "RecordParams",
     "RobustRuleParams",
     "SamplingParams",
     "SelectionParams",
@@ -67,8 +68,16 @@ class SamplingParams:
         Round ``t`` trains the nodes drawn by ``default_rng([seed, t])`` and evaluates those drawn by
         ``default_rng([seed, t, 1])``.
     node_wait_seconds : float, default 30
-        How long to wait for enough nodes to connect, and (3 times this) for the identity replies of
-        new nodes, before going on with those there (Flower's sampler waits forever).
+        How long to wait for enough nodes to connect (``min_available_nodes``, and the
+        ``min_train_nodes`` / ``min_evaluate_nodes`` to sample), and (3 times this) for the identity
+        replies of new nodes, before going on with those there; ``math.inf`` waits forever, as Flower's
+        sampler does.
+    identify_nodes : bool, default False
+        Ask each new node once for its stable key (``query.identify``, answered by a ClientApp that calls
+        :func:`bouquet.node_identity.register_identity_query`) and order nodes by it, so that the same
+        seed draws the same clients in every run.  False (the default, for apps that do not register
+        the handler): no query is sent and nodes are ordered by node id, which Flower draws anew for
+        every simulation run.  bouquet's own app turns it on.
     """
 
     clients_per_round: int | None = None
@@ -79,6 +88,7 @@ class SamplingParams:
     min_available_nodes: int = 2
     seed: int = 0
     node_wait_seconds: float = 30.0
+    identify_nodes: bool = False
 
     def __post_init__(self) -> None:
         require(self.clients_per_round is None or self.clients_per_round >= 1, "clients_per_round",
@@ -90,7 +100,32 @@ class SamplingParams:
         for name in ("min_train_nodes", "min_evaluate_nodes", "min_available_nodes"):
             require(getattr(self, name) >= 0, name, f"{name} must be >= 0, got {getattr(self, name)}")
         require(self.node_wait_seconds >= 0, "node_wait_seconds",
-                f"node_wait_seconds must be >= 0, got {self.node_wait_seconds}")
+                f"node_wait_seconds must be >= 0 (math.inf: wait forever), got {self.node_wait_seconds}")
+
+
+@dataclass(frozen=True)
+class RecordParams:
+    """Record names in the messages and the weight entry of the replies (Flower's FedAvg arguments).
+
+    Parameters
+    ----------
+    weighted_by_key : str, default "num-examples"
+        The MetricRecord entry that weights each reply in the mean of models and of metrics.
+    arrayrecord_key : str, default "arrays"
+        The name of the model's ArrayRecord in the messages sent.  A reply's model is read under this
+        name, or, as Flower reads it, from the reply's only ArrayRecord whatever its name.
+    configrecord_key : str, default "config"
+        The name of the ConfigRecord in the messages sent.
+    """
+
+    weighted_by_key: str = "num-examples"
+    arrayrecord_key: str = "arrays"
+    configrecord_key: str = "config"
+
+    def __post_init__(self) -> None:
+        for name in ("weighted_by_key", "arrayrecord_key", "configrecord_key"):
+            value = getattr(self, name)
+            require(isinstance(value, str) and value != "", name, f"{name} must be a non-empty string, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -191,11 +226,12 @@ class ProximalParams:
 
     Parameters
     ----------
-    mu : float, default 0.01
-        Weight of the client's proximal term ``(mu / 2) ||w - w_global||^2``.
+    mu : float, default 0.0
+        Weight of the client's proximal term ``(mu / 2) ||w - w_global||^2``; Flower's FedProx default
+        (0: FedAvg).  bouquet's app uses 0.01 (``proximal-mu``).
     """
 
-    mu: float = 0.01
+    mu: float = 0.0
 
     def __post_init__(self) -> None:
         require(self.mu >= 0, "mu", f"proximal-mu must be >= 0, got {self.mu}")

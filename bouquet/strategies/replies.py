@@ -17,33 +17,53 @@ from flwr.app import ArrayRecord, Message
 from bouquet.strategies.arrays import Model, to_numpy
 from bouquet.strategies.rounds import ClientUpdates
 
-__all__ = ["client_rows", "identity_of", "screen_replies", "usable_updates"]
+__all__ = ["client_rows", "identity_of", "model_record", "screen_replies", "usable_updates"]
 
 Rejected = list[tuple[int, str]]
 
 
-def _check(msg: Message, reference: ArrayRecord | None, arrayrecord_key: str,
+def model_record(msg: Message, arrayrecord_key: str) -> ArrayRecord | str:
+    """The reply's model as Flower's FedAvg reads it, or why there is none.
+
+    The ArrayRecord named ``arrayrecord_key``; otherwise the reply's only ArrayRecord, whatever its name
+    (Flower aggregates every ArrayRecord of a reply, and requires exactly one).  Several ArrayRecords and
+    none of them ``arrayrecord_key``: there is no telling which one is the model.
+    """
+    records = msg.content.array_records
+    if arrayrecord_key in records:
+        return records[arrayrecord_key]
+    if len(records) == 1:
+        return next(iter(records.values()))
+    if not records:
+        return f"no ArrayRecord in reply (expected {arrayrecord_key!r})"
+    return f"no ArrayRecord {arrayrecord_key!r} in reply, and {len(records)} others ({', '.join(records)})"
+
+
+def _check(msg: Message, reference: Model | None, arrayrecord_key: str,
            weighted_by_key: str | None) -> dict[str, np.ndarray] | str:
-    """The reply's model decoded, or why it is not usable."""
+    """The reply's model decoded (floating arrays in the dtype of the model sent), or why it is not usable."""
     if msg.has_error():
         return f"error reply: {msg.error.reason}"
-    if arrayrecord_key not in msg.content.array_records:
-        return f"no ArrayRecord {arrayrecord_key!r} in reply"
-    record = msg.content.array_records[arrayrecord_key]
+    record = model_record(msg, arrayrecord_key)
+    if isinstance(record, str):
+        return record
+    model = to_numpy(record)
     if reference is not None:
-        got = {name: tuple(array.shape) for name, array in record.items()}
-        if got != {name: tuple(array.shape) for name, array in reference.items()}:
+        got = {name: tuple(array.shape) for name, array in model.items()}
+        if got != {name: tuple(np.shape(array)) for name, array in reference.items()}:
             return f"array names/shapes {got} differ from the model sent"
-        dtypes = {name: array.dtype for name, array in record.items()}
-        changed = {name: f"{dtypes[name]} (sent {array.dtype})" for name, array in reference.items()
-                   if dtypes[name] != array.dtype}
+        changed = {name: f"{model[name].dtype} (sent {array.dtype})" for name, array in reference.items()
+                   if model[name].dtype != array.dtype and not (np.issubdtype(model[name].dtype, np.floating)
+                                                                and np.issubdtype(array.dtype, np.floating))}
         if changed:
             return f"array dtypes differ from the model sent: {changed}"
+        # another floating precision (a float64 reply to a float32 model): read in the model's dtype
+        model = {name: value if value.dtype == reference[name].dtype else value.astype(reference[name].dtype)
+                 for name, value in model.items()}
     if weighted_by_key is not None:
         metrics = next(iter(msg.content.metric_records.values()), None)
         if metrics is None or weighted_by_key not in metrics or isinstance(metrics[weighted_by_key], list):
             return f"no {weighted_by_key!r} value in its MetricRecord"
-    model = to_numpy(record)
     bad = [name for name, a in model.items() if np.issubdtype(a.dtype, np.number) and not np.isfinite(a).all()]
     if bad:
         return f"non-finite values in {bad}"
@@ -54,13 +74,14 @@ def screen_replies(replies: Iterable[Message], reference: ArrayRecord | None,
                    arrayrecord_key: str = "arrays") -> tuple[list[Message], Rejected]:
     """Split training replies into usable ones and rejected ``(node id, reason)``.
 
-    A reply is rejected when it carries an error, lacks ``arrayrecord_key``,
-    has array names or shapes other than ``reference`` (the model sent), or
-    holds a non-finite value.  Replies are not modified.
+    A reply is rejected when it carries an error, has no model (:func:`model_record`), has array names
+    or shapes other than ``reference`` (the model sent), changes an array between floating and
+    non-floating, or holds a non-finite value.  Replies are not modified.
     """
     usable, rejected = [], []
+    decoded = to_numpy(reference) if reference is not None else None
     for msg in replies:
-        outcome = _check(msg, reference, arrayrecord_key, None)
+        outcome = _check(msg, decoded, arrayrecord_key, None)
         if isinstance(outcome, str):
             rejected.append((msg.metadata.src_node_id, outcome))
         else:
@@ -89,27 +110,35 @@ def usable_updates(server_round: int, seed: int, replies: list[Message], sent: M
     """Screen ``replies`` (already in stable order) against what each node was ``sent``.
 
     Returns the usable messages, their :class:`ClientUpdates` and the rejected ``(node id, reason)``.
-    A reply from a node that was sent nothing is screened against the first model sent.  ``keys`` names
+    A reply from a node that was sent nothing is screened against the first model sent.  With nothing
+    sent at all (replies aggregated without a configured round, as Flower's own tests do), the replies
+    are screened against the first well-formed one and the updates carry no references.  ``keys`` names
     the model store's key of what each node was sent.
     """
-    fallback = next(iter(sent.values()), None)
-    references: dict[int, Model] = {}  # decoded once per distinct model sent
-    usable, models, rejected = [], [], []
+    decoded: dict[int, Model] = {}  # each distinct model sent, decoded once
+
+    def reference_of(node: int) -> Model | None:
+        record = sent.get(node, next(iter(sent.values()), None))
+        if record is None:
+            return None
+        if id(record) not in decoded:
+            decoded[id(record)] = to_numpy(record)
+        return decoded[id(record)]
+
+    usable, models, refs, rejected = [], [], [], []
+    first: Model | None = None  # the layout replies are held to when nothing was sent
     for msg in replies:
         node = msg.metadata.src_node_id
-        reference = sent.get(node, fallback)
+        reference = reference_of(node) if sent else first
         outcome = _check(msg, reference, arrayrecord_key, weighted_by_key)
         if isinstance(outcome, str):
             rejected.append((node, outcome))
             continue
+        first = outcome if first is None else first
         usable.append(msg)
         models.append(outcome)
-    refs = []
-    for msg in usable:
-        record = sent.get(msg.metadata.src_node_id, fallback)
-        if id(record) not in references:
-            references[id(record)] = to_numpy(record) if record is not None else {}
-        refs.append(references[id(record)])
+        if sent:
+            refs.append(reference)
     updates = ClientUpdates(
         server_round=server_round, seed=seed, node_ids=tuple(m.metadata.src_node_id for m in usable),
         models=tuple(models),

@@ -13,6 +13,7 @@ Bulyan does.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,10 @@ from bouquet.strategies.arrays import to_numpy
 from bouquet.strategies.params import ROBUST_RULES, RobustRuleParams
 from bouquet.strategies.rounds import Aggregate, ClientUpdates
 
-__all__ = ["FlowerRobustRule"]
+__all__ = ["FlowerRobustRule", "SelectionRule"]
+
+#: Bulyan's first step: ``(contents, num_malicious_nodes, theta) -> the theta contents kept`` (Flower's type).
+SelectionRule = Callable[[list[RecordDict], int, int], list[RecordDict]]
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +54,18 @@ class FlowerRobustRule:
         smallest values.
     params : RobustRuleParams
         f, m and beta (Flower's defaults).
+    selection_rule : SelectionRule, optional
+        Bulyan's first step (Flower's ``Bulyan(selection_rule=...)``); default MultiKrum's ``select_multikrum``.
     """
 
-    def __init__(self, rule: str, params: RobustRuleParams | None = None) -> None:
+    def __init__(self, rule: str, params: RobustRuleParams | None = None,
+                 selection_rule: SelectionRule | None = None) -> None:
         require(rule in ROBUST_RULES, "rule", f"rule must be one of {ROBUST_RULES}, got {rule!r}")
+        require(selection_rule is None or rule == "bulyan", "selection_rule",
+                f"selection_rule is Bulyan's first step; rule {rule!r} takes none")
         self.rule = rule
         self.params = params if params is not None else RobustRuleParams()
+        self.selection_rule: SelectionRule = selection_rule if selection_rule is not None else select_multikrum
         self.label = f"Flower {_NAMES[rule]}"
 
     def aggregate(self, updates: ClientUpdates) -> Aggregate:
@@ -76,7 +86,7 @@ class FlowerRobustRule:
             report["robust-selected"] = self._nodes(contents, chosen, updates)
         elif self.rule == "bulyan":
             theta = n - 2 * p.num_malicious_nodes
-            chosen = select_multikrum(contents, p.num_malicious_nodes, theta)
+            chosen = self.selection_rule(contents, p.num_malicious_nodes, theta)
             keys = list(updates.models[0])
             arrays = [[c["arrays"][k].numpy() for k in keys] for c in chosen]
             median = [np.median(layer, axis=0) for layer in zip(*arrays, strict=True)]

@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 
 from bouquet.messages import MessageFactory
-from bouquet.strategies.arrays import FlatLayout, Model, stack_models
+from bouquet.strategies.arrays import FlatLayout, Model, compute_dtype, stack_models
 
 __all__ = ["Aggregate", "ClientUpdates", "EvaluateRound", "RoundContext", "RoundEvent", "Sample", "TrainRound"]
 
@@ -119,7 +119,8 @@ class ClientUpdates:
     num_examples : tuple of float
         Each reply's weight (``num-examples`` of its MetricRecord), as the client sent it.
     references : tuple of Model
-        The model each node was sent (one shared object when every node got the same).
+        The model each node was sent (one shared object when every node got the same); empty when the
+        replies are aggregated without a configured round (:meth:`reference_matrix` then says so).
     identities : tuple of dict
         ``partition-id``, ``household`` and ``group`` of each reply (blank for other apps).
     model_keys : tuple of str
@@ -140,12 +141,19 @@ class ClientUpdates:
 
     @cached_property
     def stacked(self) -> tuple[np.ndarray, FlatLayout]:
-        """(S x d float32 matrix of the floating arrays, its layout), computed once."""
-        return stack_models(self.models)
+        """(S x d matrix of the floating arrays, its layout), computed once.
+
+        The matrix has the model's floating dtype (float32 for float32 models, float64 for float64 ones;
+        float16 / bfloat16-sized arrays are widened to float32), so aggregation keeps the model's precision.
+        """
+        return stack_models(self.models, compute_dtype(self.models[0]))
 
     def reference_matrix(self, layout: FlatLayout, dtype: np.dtype, columns: np.ndarray | None = None) -> np.ndarray:
         """Row ``i``: the flattened model node ``i`` was sent (each distinct reference flattened once), only at
         ``columns`` when given (a sketch's coordinates: no S x d matrix is built)."""
+        if len(self.references) != len(self.node_ids):
+            raise ValueError("this aggregation needs the model each client was sent (its update is the difference):"
+                             " configure the round first (configure_train, or start)")
         flat: dict[int, np.ndarray] = {}
         rows = []
         for reference in self.references:

@@ -1,20 +1,25 @@
 """Who takes part in a round: the stable node order and the seeded uniform sampler.
 
 Flower gives each SuperNode a random 64-bit node id, new in every simulation run, so a draw over node
-ids would pick different clients each run with the same seed.  :class:`NodeOrder` asks every node it has
-not seen yet, once, for its stable key (``query.identify``, :mod:`bouquet.node_identity`) and orders
-nodes by it; nodes that report none come last, by node id, with a warning.  Replies are aggregated in
-that order too (float sums are not associative).
+ids would pick different clients each run with the same seed.  With ``identify_nodes`` on (an app whose
+ClientApp registers :func:`bouquet.node_identity.register_identity_query`; bouquet's app does),
+:class:`NodeOrder` asks every node it has not seen yet, once, for its stable key (``query.identify``) and
+orders nodes by it; nodes that report none come last, by node id, with a warning.  Off (the default, for
+any other app): no query is sent, nodes are ordered by node id, and one log line says so.  Replies are
+aggregated in that order too (float sums are not associative).
 
-:class:`UniformSampler` draws ``clients_per_round`` nodes with ``default_rng([seed, round])`` (or
-``fraction_train`` of them when no count is given) and the evaluators with ``default_rng([seed, round,
-1])``; Flower's FedAvg uses the unseeded global ``random``.  Any object with the :class:`Sampler` methods
-can take its place (:mod:`bouquet.strategies.selection` is the other one).
+:class:`UniformSampler` follows Flower's FedAvg sampling rule (``max(int(n * fraction_train),
+min_train_nodes)`` nodes, after waiting for ``max(min_available_nodes, min_train_nodes)`` to connect;
+the same for evaluation) or trains ``clients_per_round`` nodes, drawn with ``default_rng([seed, round])``
+and the evaluators with ``default_rng([seed, round, 1])``; Flower's FedAvg uses the unseeded global
+``random``.  Any object with the :class:`Sampler` methods can take its place
+(:mod:`bouquet.strategies.selection` is the other one).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -28,7 +33,8 @@ from bouquet.node_identity import identify_nodes
 from bouquet.strategies.params import SamplingParams
 from bouquet.strategies.rounds import RoundContext, Sample
 
-__all__ = ["NodeOrder", "Sampler", "UniformSampler", "draw_nodes", "evaluation_count", "training_count"]
+__all__ = ["NodeOrder", "Sampler", "UniformSampler", "draw_nodes", "evaluation_count", "evaluation_wait",
+           "training_count", "training_wait"]
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +46,13 @@ def draw_nodes(nodes: list[int], count: int, rng: np.random.Generator) -> list[i
 
 
 def training_count(params: SamplingParams, connected: int) -> int:
-    """Nodes to train: ``clients_per_round``, or ``max(int(n * fraction_train), min_train_nodes)`` (0 if off)."""
+    """Nodes to train: ``clients_per_round``, or ``max(int(n * fraction_train), min_train_nodes)`` (0 if off),
+    at most n (when the wait for more ran out)."""
     if params.clients_per_round is not None:
-        return params.clients_per_round
+        return min(connected, params.clients_per_round)
     if params.fraction_train == 0:
         return 0
-    return max(int(connected * params.fraction_train), params.min_train_nodes)
+    return min(connected, max(int(connected * params.fraction_train), params.min_train_nodes))
 
 
 def evaluation_count(params: SamplingParams, connected: int) -> int:
@@ -53,6 +60,19 @@ def evaluation_count(params: SamplingParams, connected: int) -> int:
     if params.fraction_evaluate == 0:
         return 0
     return min(connected, max(int(connected * params.fraction_evaluate), params.min_evaluate_nodes))
+
+
+def training_wait(params: SamplingParams) -> int:
+    """Connected nodes to wait for before drawing trainers: the count asked for, or Flower's
+    ``max(min_available_nodes, min_train_nodes)``."""
+    if params.clients_per_round is not None:
+        return params.clients_per_round
+    return max(params.min_available_nodes, params.min_train_nodes) if params.fraction_train > 0 else 0
+
+
+def evaluation_wait(params: SamplingParams) -> int:
+    """Connected nodes to wait for before drawing evaluators: ``max(min_available_nodes, min_evaluate_nodes)``."""
+    return max(params.min_available_nodes, params.min_evaluate_nodes) if params.fraction_evaluate > 0 else 0
 
 
 class NodeOrder:
@@ -64,12 +84,16 @@ class NodeOrder:
         How long to wait for nodes to connect and for identity replies.
     new_message : MessageFactory
         Builds the ``query.identify`` messages.
+    identify : bool, default False
+        Ask new nodes for their key (the app registers the handler); False: order by node id, no query.
     """
 
-    def __init__(self, wait_seconds: float, new_message: MessageFactory) -> None:
+    def __init__(self, wait_seconds: float, new_message: MessageFactory, identify: bool = False) -> None:
         self.wait_seconds = wait_seconds
         self.new_message = new_message
+        self.identify = identify
         self.keys: dict[int, int | None] = {}  # node id -> stable key (None: the node reported none)
+        self._said = False  # the one line saying nodes go by node id
 
     def state_dict(self) -> dict[str, Any]:
         return {"keys": {str(node): key for node, key in self.keys.items()}}
@@ -85,7 +109,16 @@ class NodeOrder:
         """``nodes`` by their stable key (asked once per node), keyless ones last by node id."""
         nodes = list(nodes)
         new = [n for n in nodes if n not in self.keys]
-        if new:
+        if new and not self.identify:
+            self.keys.update(dict.fromkeys(new))
+            if not self._said:
+                self._said = True
+                log.info("nodes are ordered by node id (identify_nodes is off, so no query.identify is sent); "
+                         "Flower draws node ids anew in every simulation run, so the same seed samples other "
+                         "clients across runs unless the ClientApp calls "
+                         "bouquet.node_identity.register_identity_query and the strategy is given "
+                         "identify_nodes=True")
+        elif new:
             keys = identify_nodes(grid, new, self.wait_seconds, self.new_message)
             self.keys.update({n: keys.get(n) for n in new})
             keyless = [n for n in new if keys.get(n) is None]
@@ -105,13 +138,23 @@ class NodeOrder:
         return sorted(replies, key=lambda msg: self.rank(msg.metadata.src_node_id))
 
     def connected(self, grid: Grid, server_round: int, count: int) -> list[int]:
-        """Connected nodes in stable order, after waiting up to ``wait_seconds`` for ``count`` of them."""
-        deadline = time.monotonic() + self.wait_seconds
-        while len(nodes := list(grid.get_node_ids())) < count and time.monotonic() < deadline:
+        """Connected nodes in stable order, after waiting up to ``wait_seconds`` for ``count`` of them.
+
+        While it waits it logs, as Flower's sampler does, every 10 s (the first line at once).
+        """
+        started = time.monotonic()
+        deadline = started + self.wait_seconds
+        said = -math.inf
+        while len(nodes := list(grid.get_node_ids())) < count and (now := time.monotonic()) < deadline:
+            if now - said >= 10.0:
+                said = now
+                left = "" if math.isinf(deadline) else f", going on with those there in {deadline - now:.0f} s"
+                log.info("round %d: waiting for nodes to connect: %d connected, %d needed%s", server_round,
+                         len(nodes), count, left)
             time.sleep(0.5)
         if len(nodes) < count:
-            log.warning("round %d: only %d nodes connected, %d requested; using all of them",
-                        server_round, len(nodes), count)
+            log.warning("round %d: only %d nodes connected after %.0f s, %d needed; using all of them",
+                        server_round, len(nodes), time.monotonic() - started, count)
         return self.order(grid, nodes)
 
 
@@ -119,6 +162,8 @@ class Sampler(Protocol):
     """Who trains and who evaluates each round (a part of :class:`bouquet.strategies.BouquetStrategy`)."""
 
     sampling: SamplingParams
+    #: Why ``aggregate_train`` needs the round ``configure_train`` made ("": it does not).
+    configure_needed: str
 
     def sample_train(self, context: RoundContext) -> Sample: ...
 
@@ -146,12 +191,14 @@ class UniformSampler:
     def __init__(self, sampling: SamplingParams | None = None) -> None:
         self.sampling = sampling if sampling is not None else SamplingParams()
 
+    #: Aggregation needs nothing from the configured round (``aggregate_train`` works on replies alone).
+    configure_needed = ""
+
     def sample_train(self, context: RoundContext) -> Sample:
         p = self.sampling
-        if p.clients_per_round is not None:
-            nodes = context.nodes.connected(context.grid, context.server_round, p.clients_per_round)
-        else:
-            nodes = context.nodes.connected(context.grid, context.server_round, p.min_available_nodes)
+        if p.clients_per_round is None and p.fraction_train == 0:
+            return Sample(())
+        nodes = context.nodes.connected(context.grid, context.server_round, training_wait(p))
         count = training_count(p, len(nodes))
         picked = draw_nodes(nodes, count, np.random.default_rng([p.seed, context.server_round]))
         log.info("configure_train: sampled %d nodes (seed %d, round %d)", len(picked), p.seed, context.server_round)
@@ -161,7 +208,7 @@ class UniformSampler:
         p = self.sampling
         if p.fraction_evaluate == 0:
             return Sample(())
-        nodes = context.nodes.connected(context.grid, context.server_round, p.min_available_nodes)
+        nodes = context.nodes.connected(context.grid, context.server_round, evaluation_wait(p))
         count = evaluation_count(p, len(nodes))
         if count >= len(nodes):
             return Sample(tuple(nodes))

@@ -89,6 +89,10 @@ class SketchSelection:
         Mode, sketch size, candidates, timeouts, staleness.
     """
 
+    #: Why aggregation needs the configured round (the selection is made, and recorded, there).
+    configure_needed = ("the round's clients are chosen by their sketches in configure_train; aggregating "
+                        "replies to messages this strategy did not send would skip the selection")
+
     def __init__(self, selector: Selector, sampling: SamplingParams, selection: SelectionParams | None = None) -> None:
         if sampling.clients_per_round is None:
             raise ValueError("client selection needs clients_per_round (the budget B)")

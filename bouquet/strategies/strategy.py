@@ -37,6 +37,7 @@ from bouquet.strategies.aggregation import Aggregator, WeightedMean
 from bouquet.strategies.entries import TrainConfigPart
 from bouquet.strategies.models import SHARED, ModelStore, SharedModel
 from bouquet.strategies.observers import ConsoleLines, Observer
+from bouquet.strategies.params import RecordParams
 from bouquet.strategies.replies import client_rows, identity_of, usable_updates
 from bouquet.strategies.rounds import EvaluateRound, RoundContext, RoundEvent, TrainRound
 from bouquet.strategies.sampling import NodeOrder, Sampler, UniformSampler
@@ -70,7 +71,8 @@ class BouquetStrategy(Strategy):
     weighted_by_key : str, default "num-examples"
         The MetricRecord entry that weights replies (as in Flower's FedAvg).
     arrayrecord_key, configrecord_key : str, default "arrays", "config"
-        Record names in the messages (as in Flower's FedAvg).
+        Record names in the messages (as in Flower's FedAvg; see
+        :class:`bouquet.strategies.params.RecordParams` for how a reply's model is found).
     train_metrics_aggr_fn, evaluate_metrics_aggr_fn : callable, optional
         ``(list[RecordDict], weighted_by_key) -> MetricRecord``; default Flower's weighted average.
     message_factory : MessageFactory, optional
@@ -79,8 +81,9 @@ class BouquetStrategy(Strategy):
 
     def __init__(self, *, sampler: Sampler | None = None, aggregator: Aggregator | None = None,
                  models: ModelStore | None = None, train_config: Sequence[TrainConfigPart] = (),
-                 observers: Sequence[Observer] | None = None, weighted_by_key: str = "num-examples",
-                 arrayrecord_key: str = "arrays", configrecord_key: str = "config",
+                 observers: Sequence[Observer] | None = None, weighted_by_key: str = RecordParams.weighted_by_key,
+                 arrayrecord_key: str = RecordParams.arrayrecord_key,
+                 configrecord_key: str = RecordParams.configrecord_key,
                  train_metrics_aggr_fn: MetricsAggregation | None = None,
                  evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
                  message_factory: MessageFactory = flower_message) -> None:
@@ -89,13 +92,15 @@ class BouquetStrategy(Strategy):
         self.models: ModelStore = models if models is not None else SharedModel()
         self.train_config = tuple(train_config)
         self.observers = tuple(observers) if observers is not None else (ConsoleLines(),)
+        RecordParams(weighted_by_key, arrayrecord_key, configrecord_key)  # validates
         self.weighted_by_key = weighted_by_key
         self.arrayrecord_key = arrayrecord_key
         self.configrecord_key = configrecord_key
         self.train_metrics_aggr_fn = train_metrics_aggr_fn or aggregate_metricrecords
         self.evaluate_metrics_aggr_fn = evaluate_metrics_aggr_fn or aggregate_metricrecords
         self.new_message = message_factory
-        self.nodes = NodeOrder(self.sampler.sampling.node_wait_seconds, message_factory)
+        self.nodes = NodeOrder(self.sampler.sampling.node_wait_seconds, message_factory,
+                               self.sampler.sampling.identify_nodes)
         self.server_round = 0
         self._hook_rounds: dict[tuple[str, int], Any] = {}  # only for callers that drive the Flower hooks
 
@@ -269,13 +274,32 @@ class BouquetStrategy(Strategy):
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Flower hook: aggregate the round that :meth:`configure_train` configured."""
+        """Flower hook: aggregate the round that :meth:`configure_train` configured, or the replies alone.
+
+        Without a configured round (Flower's own tests call ``aggregate_train`` directly) the replies are
+        aggregated against the current model (``models.adopt``) when there is one, else against each
+        other, as Flower's FedAvg does; a sampler that chooses clients in ``configure_train`` (sketch
+        selection, IFCA) refuses with the reason.
+        """
+        replies = list(replies)
         configured = self._hook_rounds.pop(("train", server_round), None)
         if configured is None:
-            raise RuntimeError(f"aggregate_train({server_round}) without configure_train({server_round}) before it")
+            configured = self._unconfigured_round(server_round, replies)
         outcome = self.aggregate_train_round(configured, replies)
         self.server_round = server_round
         return outcome
+
+    def _unconfigured_round(self, server_round: int, replies: list[Message]) -> TrainRound:
+        """The round record for replies that no :meth:`configure_train` of this strategy asked for."""
+        why = self.sampler.configure_needed
+        if why:
+            raise RuntimeError(f"aggregate_train({server_round}) needs configure_train({server_round}) before it: "
+                               f"{why}")
+        nodes = tuple(dict.fromkeys(m.metadata.src_node_id for m in replies))
+        if not len(self.models.shared):  # no current model: the replies are held to each other
+            return TrainRound(server_round, nodes, {}, ConfigRecord(), ())
+        return TrainRound(server_round, nodes, {n: self.models.arrays_for(n) for n in nodes}, ConfigRecord(), (),
+                          {n: self.models.key_for(n) for n in nodes})
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -288,8 +312,8 @@ class BouquetStrategy(Strategy):
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Flower hook: aggregate the evaluation that :meth:`configure_evaluate` configured."""
         configured = self._hook_rounds.pop(("evaluate", server_round), None)
-        if configured is None:
-            raise RuntimeError(f"aggregate_evaluate({server_round}) without configure_evaluate before it")
+        if configured is None:  # evaluation needs nothing from configure beyond who was served which model
+            configured = EvaluateRound(server_round, (), ())
         return self.aggregate_evaluate_round(configured, replies)
 
     # ------------------------------------------------------------------- run

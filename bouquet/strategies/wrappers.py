@@ -1,16 +1,25 @@
 """The drop-in names: thin constructors over :class:`bouquet.strategies.BouquetStrategy`.
 
-Each is one line to swap into a Flower app (``strategy = HKFedAvg(tau=0.75, fraction_train=0.5)``
-where it said ``FedAvg(fraction_train=0.5)``) and composes the parts for you: a
-:class:`~bouquet.strategies.sampling.UniformSampler` (or
-:class:`~bouquet.strategies.selection.SketchSelection` for :func:`selection_strategy`), an aggregator,
-a :class:`~bouquet.strategies.models.SharedModel`, console lines and, with ``recorder``, the run
-recorder.  Defaults are read from the parts' params classes, so they live in one place.
+Each class is one line to swap into a Flower app (``strategy = HKFedAvg(0.5, tau=0.75)`` where it said
+``FedAvg(0.5)``): it takes the Flower strategy's constructor arguments, in Flower's order and with
+Flower's defaults, and after them (keyword only) bouquet's own.  It composes the parts for you: a
+:class:`~bouquet.strategies.sampling.UniformSampler`, an aggregator, a
+:class:`~bouquet.strategies.models.SharedModel` (or per-coalition models), console lines and, with
+``recorder``, the run recorder.  Defaults are read from the parts' params classes
+(:class:`~bouquet.strategies.params.SamplingParams`, :class:`~bouquet.strategies.params.RecordParams`,
+...), so they live in one place.  Where the result differs from Flower's strategy on the same replies,
+``docs/USAGE.md`` ("Where bouquet differs from FedAvg") says how, and the differential tests assert it.
+
+The composing functions (:func:`selection_strategy`, :func:`ifca_strategy`, :func:`cfl_strategy`,
+:func:`local_strategy`, :func:`robust_strategy`) take the same record arguments and a
+:class:`~bouquet.strategies.params.SamplingParams` (every sampling argument of Flower's FedAvg).
 """
 
 from __future__ import annotations
 
-from flwr.app import ArrayRecord
+from collections.abc import Callable
+
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from bouquet.algorithms.clustered import CFLParams, IFCAParams
 from bouquet.algorithms.coalitions_fixed_k import FixedKParams
@@ -18,27 +27,30 @@ from bouquet.algorithms.hk import HKParams
 from bouquet.algorithms.selection import Selector
 from bouquet.strategies.aggregation import Aggregator, Coalitions, FixedKRule, HKRule, WeightedMean
 from bouquet.strategies.clustered import CFLClusters, ClusterMeans, IFCASampler, LocalModels, ifca_models
-from bouquet.strategies.entries import ProximalTerm
-from bouquet.strategies.models import AssignedModels, SharedModel
+from bouquet.strategies.entries import ProximalTerm, TrainConfigPart
+from bouquet.strategies.models import AssignedModels, ModelStore, SharedModel
 from bouquet.strategies.observers import ConsoleLines, Observer, Recorder, RecorderObserver
 from bouquet.strategies.params import (
     CoalitionParams,
     ModelStoreParams,
     ProximalParams,
+    RecordParams,
     RobustRuleParams,
     SamplingParams,
     SelectionParams,
 )
-from bouquet.strategies.robust import FlowerRobustRule
-from bouquet.strategies.sampling import UniformSampler
+from bouquet.strategies.robust import FlowerRobustRule, SelectionRule
+from bouquet.strategies.sampling import Sampler, UniformSampler
 from bouquet.strategies.selection import SketchSelection
 from bouquet.strategies.strategy import BouquetStrategy
 
-__all__ = ["FixedKFedAvg", "HKFedAvg", "SeededFedAvg", "SeededFedProx", "cfl_strategy", "ifca_strategy",
+__all__ = ["FixedKFedAvg", "HKFedAvg", "SeededBulyan", "SeededFedAvg", "SeededFedMedian", "SeededFedProx",
+           "SeededFedTrimmedAvg", "SeededKrum", "SeededMultiKrum", "cfl_strategy", "ifca_strategy",
            "local_strategy", "robust_strategy", "selection_strategy"]
 
 _S = SamplingParams  # the defaults of the sampling arguments below
-
+_K = RecordParams  # the defaults of the record arguments below
+MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
 
 def _observers(recorder: Recorder | None) -> tuple[Observer, ...]:
     return (ConsoleLines(),) if recorder is None else (ConsoleLines(), RecorderObserver(recorder))
@@ -49,62 +61,105 @@ def _store(coalition_models: str) -> SharedModel | AssignedModels:
     return AssignedModels() if personal else SharedModel()
 
 
+def _compose(strategy: BouquetStrategy, sampler: Sampler, aggregator: Aggregator, keys: RecordParams,
+             train_metrics_aggr_fn: MetricsAggregation | None, evaluate_metrics_aggr_fn: MetricsAggregation | None,
+             recorder: Recorder | None, models: ModelStore | None = None,
+             train_config: tuple[TrainConfigPart, ...] = ()) -> None:
+    """Build ``strategy`` (a drop-in) from its parts and Flower's record arguments."""
+    BouquetStrategy.__init__(strategy, sampler=sampler, aggregator=aggregator, models=models,
+                             train_config=train_config, observers=_observers(recorder),
+                             weighted_by_key=keys.weighted_by_key, arrayrecord_key=keys.arrayrecord_key,
+                             configrecord_key=keys.configrecord_key, train_metrics_aggr_fn=train_metrics_aggr_fn,
+                             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
+
+
 class SeededFedAvg(BouquetStrategy):
     """FedAvg with seeded sampling, per-client reply screening and records (drop-in for Flower's ``FedAvg``).
 
     Parameters
     ----------
-    clients_per_round : int, optional
-        S, the nodes trained per round; ``None``: ``fraction_train`` of the connected nodes.
     fraction_train, fraction_evaluate : float, default 1.0
+        Flower's sampling: ``max(int(n * fraction), min_*_nodes)`` of the n connected nodes, drawn with a
+        seed (0 skips the phase).
     min_train_nodes, min_evaluate_nodes, min_available_nodes : int, default 2
+        Flower's floors; sampling waits (up to ``node_wait_seconds``) until that many nodes are connected.
+    weighted_by_key, arrayrecord_key, configrecord_key : str
+        Flower's record arguments (:class:`bouquet.strategies.params.RecordParams`).
+    train_metrics_aggr_fn, evaluate_metrics_aggr_fn : callable, optional
+        ``(list[RecordDict], weighted_by_key) -> MetricRecord``; default Flower's weighted average.
+    clients_per_round : int, optional
+        bouquet: S, the nodes trained per round, instead of ``fraction_train``.
     seed : int, default 0
-        Round ``t`` trains ``default_rng([seed, t])``'s draw, evaluates ``default_rng([seed, t, 1])``'s.
+        bouquet: round ``t`` trains ``default_rng([seed, t])``'s draw, evaluates ``default_rng([seed, t, 1])``'s.
     node_wait_seconds : float, default 30
+        bouquet: how long to wait for nodes (``math.inf``: forever, as Flower).
+    identify_nodes : bool, default False
+        bouquet: order nodes by the key each reports (``query.identify``; the ClientApp must register
+        :func:`bouquet.node_identity.register_identity_query`), so that a seed draws the same clients in
+        every run.  Off: no query, nodes in node-id order.
     recorder : Recorder, optional
-        Receives per-round records and per-client rows (``bouquet.results.RunRecorder``).
-
-    See :class:`bouquet.strategies.params.SamplingParams` for the sampling rules.
+        bouquet: receives per-round records and per-client rows (``bouquet.results.RunRecorder``).
     """
 
-    def __init__(self, *, clients_per_round: int | None = _S.clients_per_round,
-                 fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
+    def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
                  min_train_nodes: int = _S.min_train_nodes, min_evaluate_nodes: int = _S.min_evaluate_nodes,
-                 min_available_nodes: int = _S.min_available_nodes, seed: int = _S.seed,
-                 node_wait_seconds: float = _S.node_wait_seconds, recorder: Recorder | None = None) -> None:
+                 min_available_nodes: int = _S.min_available_nodes, weighted_by_key: str = _K.weighted_by_key,
+                 arrayrecord_key: str = _K.arrayrecord_key, configrecord_key: str = _K.configrecord_key,
+                 train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None, *,
+                 clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
+                 node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
+                 recorder: Recorder | None = None) -> None:
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds)
-        super().__init__(sampler=UniformSampler(sampling), aggregator=WeightedMean(), observers=_observers(recorder))
+                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
+        _compose(self, UniformSampler(sampling), WeightedMean(),
+                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                 evaluate_metrics_aggr_fn, recorder)
 
 
 class SeededFedProx(BouquetStrategy):
-    """FedProx (Li et al. 2020): FedAvg that sends ``proximal-mu`` to the clients, seeded as :class:`SeededFedAvg`.
+    """FedProx (Li et al. 2020): FedAvg that sends ``proximal-mu`` to the clients (drop-in for Flower's ``FedProx``).
 
     Parameters
     ----------
-    proximal_mu : float, default 0.01
-        The clients add ``(mu / 2) ||w - w_global||^2`` to their loss.
-    clients_per_round, fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes,
-    min_available_nodes, seed, node_wait_seconds, recorder
-        As in :class:`SeededFedAvg`.
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes,
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        Flower's arguments, as in :class:`SeededFedAvg`.
+    clients_per_round, seed, node_wait_seconds, identify_nodes, recorder
+        bouquet's, as in :class:`SeededFedAvg`.
+    proximal_mu : float, default 0.0
+        The clients add ``(mu / 2) ||w - w_global||^2`` to their loss (Flower's default 0: FedAvg).
     """
 
-    def __init__(self, *, proximal_mu: float = ProximalParams.mu, clients_per_round: int | None = _S.clients_per_round,
-                 fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
+    def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
                  min_train_nodes: int = _S.min_train_nodes, min_evaluate_nodes: int = _S.min_evaluate_nodes,
-                 min_available_nodes: int = _S.min_available_nodes, seed: int = _S.seed,
-                 node_wait_seconds: float = _S.node_wait_seconds, recorder: Recorder | None = None) -> None:
+                 min_available_nodes: int = _S.min_available_nodes, weighted_by_key: str = _K.weighted_by_key,
+                 arrayrecord_key: str = _K.arrayrecord_key, configrecord_key: str = _K.configrecord_key,
+                 train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None, proximal_mu: float = ProximalParams.mu,
+                 *, clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
+                 node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
+                 recorder: Recorder | None = None) -> None:
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds)
-        super().__init__(sampler=UniformSampler(sampling), aggregator=WeightedMean(),
-                         train_config=(ProximalTerm(ProximalParams(proximal_mu)),), observers=_observers(recorder))
+                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
+        _compose(self, UniformSampler(sampling), WeightedMean(),
+                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                 evaluate_metrics_aggr_fn, recorder, train_config=(ProximalTerm(ProximalParams(proximal_mu)),))
 
 
 class HKFedAvg(BouquetStrategy):
     """FedAvg whose aggregation is Hegselmann-Krause coalition formation (HK paper eq. 10-16).
 
+    Configured as FedAvg (``tau=-1`` with ``geometry="cosine"``: one coalition of everyone;
+    ``barycenter_weighting="samples"``) it aggregates as Flower's FedAvg does, to Flower's tolerance.
+
     Parameters
     ----------
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes,
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        Flower's arguments, as in :class:`SeededFedAvg`.
+    clients_per_round, seed, node_wait_seconds, identify_nodes, recorder
+        bouquet's, as in :class:`SeededFedAvg`.
     geometry : {"euclidean", "cosine", "cosine-bounded"}, default "cosine"
     tau : float, default 0.75
         Euclidean radius on unit vectors or cosine threshold (paper grid {0.5, 0.75, 0.9}).
@@ -119,7 +174,7 @@ class HKFedAvg(BouquetStrategy):
     opinions : {"auto", "normalized", "raw"}, default "auto"
         See :class:`bouquet.algorithms.hk.HKParams`.
     barycenter_weighting : {"uniform", "samples"}, default "uniform"
-        Members count equally in their barycenter (eq. 15) or by ``num-examples``.
+        Members count equally in their barycenter (eq. 15) or by ``weighted_by_key``.
     opinion_space : {"weights", "updates"}, default "weights"
         HK on the trained models (the paper) or on their updates (our option).
     record_trajectories : bool, default False
@@ -134,12 +189,15 @@ class HKFedAvg(BouquetStrategy):
     update_norm_bound : float, default 0.0
         Robust option: clip each update ``w_i - theta`` to this multiple of the round's median update norm
         before HK and before averaging (0: off, the paper).
-    clients_per_round, fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes,
-    min_available_nodes, seed, node_wait_seconds, recorder
-        As in :class:`SeededFedAvg`.
     """
 
-    def __init__(self, *, geometry: str = HKParams.geometry, tau: float = HKParams.tau,
+    def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
+                 min_train_nodes: int = _S.min_train_nodes, min_evaluate_nodes: int = _S.min_evaluate_nodes,
+                 min_available_nodes: int = _S.min_available_nodes, weighted_by_key: str = _K.weighted_by_key,
+                 arrayrecord_key: str = _K.arrayrecord_key, configrecord_key: str = _K.configrecord_key,
+                 train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None, *,
+                 geometry: str = HKParams.geometry, tau: float = HKParams.tau,
                  eps_l: float = HKParams.eps_l, eps_r: float = HKParams.eps_r, delta: float = HKParams.delta,
                  s_max: int = HKParams.s_max, coalition_tol: float = HKParams.coalition_tol,
                  opinions: str = HKParams.opinions,
@@ -149,27 +207,33 @@ class HKFedAvg(BouquetStrategy):
                  coalition_models: str = ModelStoreParams.coalition_models,
                  min_coalition_fraction: float = CoalitionParams.min_coalition_fraction,
                  update_norm_bound: float = CoalitionParams.update_norm_bound,
-                 clients_per_round: int | None = _S.clients_per_round, fraction_train: float = _S.fraction_train,
-                 fraction_evaluate: float = _S.fraction_evaluate, min_train_nodes: int = _S.min_train_nodes,
-                 min_evaluate_nodes: int = _S.min_evaluate_nodes, min_available_nodes: int = _S.min_available_nodes,
-                 seed: int = _S.seed, node_wait_seconds: float = _S.node_wait_seconds,
+                 clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
+                 node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
         hk = HKParams(geometry=geometry, tau=tau, eps_l=eps_l, eps_r=eps_r, delta=delta, s_max=s_max,
                       coalition_tol=coalition_tol, opinions=opinions, barycenter_weighting=barycenter_weighting)
         coalitions = CoalitionParams(barycenter_weighting, opinion_space, record_trajectories, min_coalition_fraction,
                                      update_norm_bound)
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds)
-        super().__init__(sampler=UniformSampler(sampling),
-                         aggregator=Coalitions(HKRule(hk, record_trajectories), coalitions),
-                         models=_store(coalition_models), observers=_observers(recorder))
+                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
+        _compose(self, UniformSampler(sampling), Coalitions(HKRule(hk, record_trajectories), coalitions),
+                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                 evaluate_metrics_aggr_fn, recorder, models=_store(coalition_models))
 
 
 class FixedKFedAvg(BouquetStrategy):
     """FedAvg whose aggregation partitions the round's models into K coalitions by k-means (the HK paper's baseline).
 
+    Configured as FedAvg (``k=1``, ``barycenter_weighting="samples"``) it aggregates as Flower's FedAvg
+    does, to Flower's tolerance.
+
     Parameters
     ----------
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes,
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        Flower's arguments, as in :class:`SeededFedAvg`.
+    clients_per_round, seed, node_wait_seconds, identify_nodes, recorder
+        bouquet's, as in :class:`SeededFedAvg`.
     k : int, default 2
         Coalitions per round (fewer when fewer clients reply).
     geometry : {"euclidean", "cosine"}, default "euclidean"
@@ -178,29 +242,207 @@ class FixedKFedAvg(BouquetStrategy):
     coalition_models : {"shared", "personal"}, default "shared"
     min_coalition_fraction, update_norm_bound : float, default 0.0
         As in :class:`HKFedAvg` (0: the paper's eq. 16, no clipping).
-    clients_per_round, fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes,
-    min_available_nodes, seed, node_wait_seconds, recorder
-        As in :class:`SeededFedAvg`.
     """
 
-    def __init__(self, *, k: int = FixedKParams.k, geometry: str = FixedKParams.geometry,
+    def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
+                 min_train_nodes: int = _S.min_train_nodes, min_evaluate_nodes: int = _S.min_evaluate_nodes,
+                 min_available_nodes: int = _S.min_available_nodes, weighted_by_key: str = _K.weighted_by_key,
+                 arrayrecord_key: str = _K.arrayrecord_key, configrecord_key: str = _K.configrecord_key,
+                 train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None, *,
+                 k: int = FixedKParams.k, geometry: str = FixedKParams.geometry,
                  barycenter_weighting: str = CoalitionParams.barycenter_weighting,
                  coalition_models: str = ModelStoreParams.coalition_models,
                  min_coalition_fraction: float = CoalitionParams.min_coalition_fraction,
                  update_norm_bound: float = CoalitionParams.update_norm_bound,
-                 clients_per_round: int | None = _S.clients_per_round, fraction_train: float = _S.fraction_train,
-                 fraction_evaluate: float = _S.fraction_evaluate, min_train_nodes: int = _S.min_train_nodes,
-                 min_evaluate_nodes: int = _S.min_evaluate_nodes, min_available_nodes: int = _S.min_available_nodes,
-                 seed: int = _S.seed, node_wait_seconds: float = _S.node_wait_seconds,
+                 clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
+                 node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds)
+                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
         coalitions = CoalitionParams(barycenter_weighting=barycenter_weighting,
                                      min_coalition_fraction=min_coalition_fraction,
                                      update_norm_bound=update_norm_bound)
-        super().__init__(sampler=UniformSampler(sampling),
-                         aggregator=Coalitions(FixedKRule(FixedKParams(k, geometry)), coalitions),
-                         models=_store(coalition_models), observers=_observers(recorder))
+        _compose(self, UniformSampler(sampling), Coalitions(FixedKRule(FixedKParams(k, geometry)), coalitions),
+                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                 evaluate_metrics_aggr_fn, recorder, models=_store(coalition_models))
+
+
+class _RobustDropIn(BouquetStrategy):
+    """What the five robust drop-ins share: one of Flower's robust rules behind seeded uniform sampling."""
+
+    def _robust(self, rule: str, params: RobustRuleParams, sampling: SamplingParams, keys: RecordParams,
+                train_metrics_aggr_fn: MetricsAggregation | None, evaluate_metrics_aggr_fn: MetricsAggregation | None,
+                recorder: Recorder | None, selection_rule: SelectionRule | None = None) -> None:
+        _compose(self, UniformSampler(sampling), FlowerRobustRule(rule, params, selection_rule), keys,
+                 train_metrics_aggr_fn, evaluate_metrics_aggr_fn, recorder)
+
+
+class SeededKrum(_RobustDropIn):
+    """Krum (Blanchard et al. 2017) with seeded sampling (drop-in for Flower's ``Krum``).
+
+    Parameters
+    ----------
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes,
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        Flower's arguments, as in :class:`SeededFedAvg`.
+    clients_per_round, seed, node_wait_seconds, identify_nodes, recorder
+        bouquet's, as in :class:`SeededFedAvg`.
+    num_malicious_nodes : int, default 0
+        f; the rule runs on rounds with at least ``2 f + 3`` usable replies (others keep the model).
+    """
+
+    def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
+                 min_train_nodes: int = _S.min_train_nodes, min_evaluate_nodes: int = _S.min_evaluate_nodes,
+                 min_available_nodes: int = _S.min_available_nodes,
+                 num_malicious_nodes: int = RobustRuleParams.num_malicious_nodes,
+                 weighted_by_key: str = _K.weighted_by_key, arrayrecord_key: str = _K.arrayrecord_key,
+                 configrecord_key: str = _K.configrecord_key, train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None, *,
+                 clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
+                 node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
+                 recorder: Recorder | None = None) -> None:
+        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
+                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
+        self._robust("krum", RobustRuleParams(num_malicious_nodes=num_malicious_nodes), sampling,
+                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                     evaluate_metrics_aggr_fn, recorder)
+
+
+class SeededMultiKrum(_RobustDropIn):
+    """MultiKrum with seeded sampling (drop-in for Flower's ``MultiKrum``).
+
+    Parameters
+    ----------
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes,
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        Flower's arguments, as in :class:`SeededFedAvg`.
+    clients_per_round, seed, node_wait_seconds, identify_nodes, recorder
+        bouquet's, as in :class:`SeededFedAvg`.
+    num_malicious_nodes : int, default 0
+        f; the rule runs on rounds with at least ``max(2 f + 3, m)`` usable replies.
+    num_nodes_to_select : int, default 1
+        m, the best-scored models averaged.
+    """
+
+    def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
+                 min_train_nodes: int = _S.min_train_nodes, min_evaluate_nodes: int = _S.min_evaluate_nodes,
+                 min_available_nodes: int = _S.min_available_nodes,
+                 num_malicious_nodes: int = RobustRuleParams.num_malicious_nodes,
+                 num_nodes_to_select: int = RobustRuleParams.num_nodes_to_select,
+                 weighted_by_key: str = _K.weighted_by_key, arrayrecord_key: str = _K.arrayrecord_key,
+                 configrecord_key: str = _K.configrecord_key, train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None, *,
+                 clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
+                 node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
+                 recorder: Recorder | None = None) -> None:
+        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
+                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
+        params = RobustRuleParams(num_malicious_nodes=num_malicious_nodes, num_nodes_to_select=num_nodes_to_select)
+        self._robust("multikrum", params, sampling, RecordParams(weighted_by_key, arrayrecord_key, configrecord_key),
+                     train_metrics_aggr_fn, evaluate_metrics_aggr_fn, recorder)
+
+
+class SeededBulyan(_RobustDropIn):
+    """Bulyan (El Mhamdi et al. 2018) with seeded sampling (drop-in for Flower's ``Bulyan``).
+
+    Parameters
+    ----------
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes,
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        Flower's arguments, as in :class:`SeededFedAvg`.
+    clients_per_round, seed, node_wait_seconds, identify_nodes, recorder
+        bouquet's, as in :class:`SeededFedAvg`.
+    num_malicious_nodes : int, default 0
+        f; Bulyan needs at least ``4 f + 3`` usable replies (others keep the model, as Flower's).
+    selection_rule : callable(list[RecordDict], f, theta) -> list[RecordDict], optional
+        Flower's: the first step's choice of theta models; default MultiKrum's (``select_multikrum``).
+    """
+
+    def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
+                 min_train_nodes: int = _S.min_train_nodes, min_evaluate_nodes: int = _S.min_evaluate_nodes,
+                 min_available_nodes: int = _S.min_available_nodes,
+                 num_malicious_nodes: int = RobustRuleParams.num_malicious_nodes,
+                 weighted_by_key: str = _K.weighted_by_key, arrayrecord_key: str = _K.arrayrecord_key,
+                 configrecord_key: str = _K.configrecord_key, train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
+                 selection_rule: SelectionRule | None = None, *,
+                 clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
+                 node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
+                 recorder: Recorder | None = None) -> None:
+        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
+                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
+        self._robust("bulyan", RobustRuleParams(num_malicious_nodes=num_malicious_nodes), sampling,
+                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                     evaluate_metrics_aggr_fn, recorder, selection_rule)
+
+
+class SeededFedMedian(_RobustDropIn):
+    """FedMedian (Yin et al. 2018) with seeded sampling (drop-in for Flower's ``FedMedian``).
+
+    Parameters
+    ----------
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes,
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        Flower's arguments, as in :class:`SeededFedAvg`.
+    clients_per_round, seed, node_wait_seconds, identify_nodes, recorder
+        bouquet's, as in :class:`SeededFedAvg`.
+    """
+
+    def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
+                 min_train_nodes: int = _S.min_train_nodes, min_evaluate_nodes: int = _S.min_evaluate_nodes,
+                 min_available_nodes: int = _S.min_available_nodes, weighted_by_key: str = _K.weighted_by_key,
+                 arrayrecord_key: str = _K.arrayrecord_key, configrecord_key: str = _K.configrecord_key,
+                 train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None, *,
+                 clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
+                 node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
+                 recorder: Recorder | None = None) -> None:
+        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
+                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
+        self._robust("fedmedian", RobustRuleParams(), sampling,
+                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                     evaluate_metrics_aggr_fn, recorder)
+
+
+class SeededFedTrimmedAvg(_RobustDropIn):
+    """FedTrimmedAvg (Yin et al. 2018) with seeded sampling (drop-in for Flower's ``FedTrimmedAvg``).
+
+    Parameters
+    ----------
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes,
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        Flower's arguments, as in :class:`SeededFedAvg`.
+    clients_per_round, seed, node_wait_seconds, identify_nodes, recorder
+        bouquet's, as in :class:`SeededFedAvg`.
+    beta : float, default 0.2
+        Fraction cut from each end of every coordinate.
+    """
+
+    def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
+                 min_train_nodes: int = _S.min_train_nodes, min_evaluate_nodes: int = _S.min_evaluate_nodes,
+                 min_available_nodes: int = _S.min_available_nodes, weighted_by_key: str = _K.weighted_by_key,
+                 arrayrecord_key: str = _K.arrayrecord_key, configrecord_key: str = _K.configrecord_key,
+                 train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None, beta: float = RobustRuleParams.trim_beta,
+                 *, clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
+                 node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
+                 recorder: Recorder | None = None) -> None:
+        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
+                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
+        self._robust("fedtrimmedavg", RobustRuleParams(trim_beta=beta), sampling,
+                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                     evaluate_metrics_aggr_fn, recorder)
+
+
+def _composed(sampler: Sampler, aggregator: Aggregator, keys: RecordParams,
+              train_metrics_aggr_fn: MetricsAggregation | None, evaluate_metrics_aggr_fn: MetricsAggregation | None,
+              recorder: Recorder | None, models: ModelStore | None = None) -> BouquetStrategy:
+    """A :class:`BouquetStrategy` from its parts and Flower's record arguments (the composing functions)."""
+    return BouquetStrategy(sampler=sampler, aggregator=aggregator, models=models, observers=_observers(recorder),
+                           weighted_by_key=keys.weighted_by_key, arrayrecord_key=keys.arrayrecord_key,
+                           configrecord_key=keys.configrecord_key, train_metrics_aggr_fn=train_metrics_aggr_fn,
+                           evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
 
 
 def selection_strategy(selector: Selector, aggregator: Aggregator | None = None, *,
@@ -212,9 +454,16 @@ def selection_strategy(selector: Selector, aggregator: Aggregator | None = None,
                        max_sketch_age: int = SelectionParams.max_sketch_age,
                        fraction_evaluate: float = _S.fraction_evaluate, min_evaluate_nodes: int = _S.min_evaluate_nodes,
                        min_available_nodes: int = _S.min_available_nodes, seed: int = _S.seed,
-                       node_wait_seconds: float = _S.node_wait_seconds,
+                       node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
+                       weighted_by_key: str = _K.weighted_by_key, arrayrecord_key: str = _K.arrayrecord_key,
+                       configrecord_key: str = _K.configrecord_key,
+                       train_metrics_aggr_fn: MetricsAggregation | None = None,
+                       evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
                        recorder: Recorder | None = None) -> BouquetStrategy:
     """``selector`` chooses who trains, ``aggregator`` combines their models (default: FedAvg's mean).
+
+    In place of FedAvg's ``fraction_train`` / ``min_train_nodes`` the selector picks ``clients_per_round``
+    nodes; every other argument of Flower's FedAvg is taken.
 
     Parameters
     ----------
@@ -226,21 +475,27 @@ def selection_strategy(selector: Selector, aggregator: Aggregator | None = None,
         The budget B.
     mode, sketch_fraction, sketch_batch_size, candidates_per_round, query_timeout, max_sketch_age
         See :class:`bouquet.strategies.params.SelectionParams`.
-    fraction_evaluate, min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, recorder
+    fraction_evaluate, min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes,
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn, recorder
         As in :class:`SeededFedAvg`.
     """
     sampling = SamplingParams(clients_per_round=clients_per_round, fraction_evaluate=fraction_evaluate,
                               min_evaluate_nodes=min_evaluate_nodes, min_available_nodes=min_available_nodes,
-                              seed=seed, node_wait_seconds=node_wait_seconds)
+                              seed=seed, node_wait_seconds=node_wait_seconds, identify_nodes=identify_nodes)
     selection = SelectionParams(mode, sketch_fraction, sketch_batch_size, candidates_per_round, query_timeout,
                                 max_sketch_age)
-    return BouquetStrategy(sampler=SketchSelection(selector, sampling, selection),
-                           aggregator=aggregator if aggregator is not None else WeightedMean(),
-                           observers=_observers(recorder))
+    return _composed(SketchSelection(selector, sampling, selection),
+                     aggregator if aggregator is not None else WeightedMean(),
+                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                     evaluate_metrics_aggr_fn, recorder)
 
 
 def ifca_strategy(params: IFCAParams, sampling: SamplingParams, initial_models: list[ArrayRecord] | None = None,
-                  query_timeout: float = 600.0, recorder: Recorder | None = None) -> BouquetStrategy:
+                  query_timeout: float = SelectionParams.query_timeout, *, weighted_by_key: str = _K.weighted_by_key,
+                  arrayrecord_key: str = _K.arrayrecord_key, configrecord_key: str = _K.configrecord_key,
+                  train_metrics_aggr_fn: MetricsAggregation | None = None,
+                  evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
+                  recorder: Recorder | None = None) -> BouquetStrategy:
     """IFCA (Ghosh et al. 2020): K cluster models, each client trains the one with its lowest loss.
 
     The ClientApp registers :func:`bouquet.losses.register_loss_query` (its train handler is unchanged).
@@ -255,16 +510,22 @@ def ifca_strategy(params: IFCAParams, sampling: SamplingParams, initial_models: 
         The K initial models (default: the initial model perturbed K times, seeded by ``sampling.seed``).
     query_timeout : float, default 600
         Seconds to wait for the clients' losses.
-    recorder : Recorder, optional
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn, recorder
+        As in :class:`SeededFedAvg`.
     """
     if sampling.clients_per_round is not None and params.k > sampling.clients_per_round:
         raise ValueError(f"IFCA with k={params.k} clusters needs at least as many clients per round, "
                          f"got {sampling.clients_per_round}")
-    return BouquetStrategy(sampler=IFCASampler(params, sampling, query_timeout), aggregator=ClusterMeans(),
-                           models=ifca_models(params, sampling.seed, initial_models), observers=_observers(recorder))
+    return _composed(IFCASampler(params, sampling, query_timeout), ClusterMeans(),
+                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                     evaluate_metrics_aggr_fn, recorder, ifca_models(params, sampling.seed, initial_models))
 
 
-def cfl_strategy(params: CFLParams, sampling: SamplingParams, recorder: Recorder | None = None) -> BouquetStrategy:
+def cfl_strategy(params: CFLParams, sampling: SamplingParams, *, weighted_by_key: str = _K.weighted_by_key,
+                 arrayrecord_key: str = _K.arrayrecord_key, configrecord_key: str = _K.configrecord_key,
+                 train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
+                 recorder: Recorder | None = None) -> BouquetStrategy:
     """CFL (Sattler et al. 2020): one cluster trained by FedAvg, split in two whenever it stalls.
 
     Parameters
@@ -273,27 +534,41 @@ def cfl_strategy(params: CFLParams, sampling: SamplingParams, recorder: Recorder
         The split thresholds ``eps1`` / ``eps2``, the warm-up, the smallest cluster split.
     sampling : SamplingParams
         The paper trains every client every round (``clients_per_round`` = all of them).
-    recorder : Recorder, optional
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn, recorder
+        As in :class:`SeededFedAvg`.
     """
-    return BouquetStrategy(sampler=UniformSampler(sampling), aggregator=CFLClusters(params), models=AssignedModels(),
-                           observers=_observers(recorder))
+    return _composed(UniformSampler(sampling), CFLClusters(params),
+                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                     evaluate_metrics_aggr_fn, recorder, AssignedModels())
 
 
-def local_strategy(sampling: SamplingParams, recorder: Recorder | None = None) -> BouquetStrategy:
+def local_strategy(sampling: SamplingParams, *, weighted_by_key: str = _K.weighted_by_key,
+                   arrayrecord_key: str = _K.arrayrecord_key, configrecord_key: str = _K.configrecord_key,
+                   train_metrics_aggr_fn: MetricsAggregation | None = None,
+                   evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
+                   recorder: Recorder | None = None) -> BouquetStrategy:
     """Local training, the no-federation reference: every client trains and keeps its own model.
 
     Parameters
     ----------
     sampling : SamplingParams
-    recorder : Recorder, optional
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn, recorder
+        As in :class:`SeededFedAvg`.
     """
-    return BouquetStrategy(sampler=UniformSampler(sampling), aggregator=LocalModels(), models=AssignedModels(),
-                           observers=_observers(recorder))
+    return _composed(UniformSampler(sampling), LocalModels(),
+                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                     evaluate_metrics_aggr_fn, recorder, AssignedModels())
 
 
-def robust_strategy(rule: str, params: RobustRuleParams, sampling: SamplingParams,
+def robust_strategy(rule: str, params: RobustRuleParams, sampling: SamplingParams, *,
+                    weighted_by_key: str = _K.weighted_by_key, arrayrecord_key: str = _K.arrayrecord_key,
+                    configrecord_key: str = _K.configrecord_key,
+                    train_metrics_aggr_fn: MetricsAggregation | None = None,
+                    evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
                     recorder: Recorder | None = None) -> BouquetStrategy:
     """One of Flower's robust rules (Krum, MultiKrum, Bulyan, FedMedian, FedTrimmedAvg) behind seeded sampling.
+
+    The classes :class:`SeededKrum` ... :class:`SeededFedTrimmedAvg` are the same with Flower's signatures.
 
     Parameters
     ----------
@@ -302,7 +577,9 @@ def robust_strategy(rule: str, params: RobustRuleParams, sampling: SamplingParam
         f (``num_malicious_nodes``), MultiKrum's m, FedTrimmedAvg's beta; Flower's defaults.
     sampling : SamplingParams
         Who is drawn each round (Krum and MultiKrum need ``2 f + 3`` replies, Bulyan ``4 f + 3``).
-    recorder : Recorder, optional
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn, recorder
+        As in :class:`SeededFedAvg`.
     """
-    return BouquetStrategy(sampler=UniformSampler(sampling), aggregator=FlowerRobustRule(rule, params),
-                           observers=_observers(recorder))
+    return _composed(UniformSampler(sampling), FlowerRobustRule(rule, params),
+                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                     evaluate_metrics_aggr_fn, recorder)
