@@ -478,3 +478,24 @@ def test_flowers_dp_wrapper_drives_a_drop_in_as_it_drives_fedavg(make):
         out.append(dp.aggregate_train(1, grid.send_and_receive(messages))[0])
     assert all(np.allclose(a, b) for a, b in zip(arrays_of(out[0]), arrays_of(out[1])))
     assert np.linalg.norm(np.concatenate(arrays_of(out[0]))) <= 2.0 + 1e-9  # every update was clipped
+
+
+def test_several_metric_records_are_read_by_the_first_not_refused():
+    models, weights = _random_case(np.random.default_rng(10))
+    replies = replies_of(models, weights)
+    replies[0].content["more-metrics"] = MetricRecord({"loss": 0.3})
+    with pytest.raises(InconsistentMessageReplies):
+        FedAvg().aggregate_train(1, replies)
+    ours, _ = SeededFedAvg().aggregate_train(1, replies)
+    expected = [np.average([m[i] for m in models], axis=0, weights=weights) for i in range(4)]
+    assert all(np.allclose(a, b) for a, b in zip(arrays_of(ours), expected))
+
+
+def test_an_evaluation_reply_without_the_weight_is_left_out_not_fatal(caplog):
+    replies = [Message(content=RecordDict({"metrics": MetricRecord(metrics)}), metadata=_metadata(i + 1, "evaluate"))
+               for i, metrics in enumerate([{"num-examples": 10, "mse": 1.0}, {"mse": 5.0}])]
+    with pytest.raises(InconsistentMessageReplies):
+        FedAvg().aggregate_evaluate(1, replies)
+    with caplog.at_level(logging.WARNING):
+        metrics = SeededFedAvg().aggregate_evaluate(1, replies)
+    assert dict(metrics) == {"mse": 1.0} and "evaluation reply of node 2 excluded" in caplog.text
