@@ -37,6 +37,11 @@ __all__ = ["Aggregator", "CoalitionRule", "Coalitions", "FixedKRule", "HKRule", 
 log = logging.getLogger(__name__)
 
 
+def _row_squares(matrix: np.ndarray) -> np.ndarray:
+    """Each row's sum of squares (zero exactly where ``np.linalg.norm(row)`` is), without an S x d temporary."""
+    return np.einsum("ij,ij->i", matrix, matrix)
+
+
 class Aggregator(Protocol):
     """Turns a round's updates into the next model (a part of :class:`bouquet.strategies.BouquetStrategy`)."""
 
@@ -168,7 +173,7 @@ class Coalitions:
     def aggregate(self, updates: ClientUpdates) -> Aggregate:
         matrix, layout = updates.stacked
         template = updates.models[0]
-        nonzero = np.linalg.norm(matrix, axis=1) > 0
+        nonzero = _row_squares(matrix) > 0
         kept = updates
         if not nonzero.all():  # copy the matrix only when a row must go
             for node in np.asarray(updates.node_ids, dtype=np.uint64)[~nonzero]:
@@ -245,7 +250,7 @@ class Coalitions:
             partition = self.rule.partition(matrix, kept.node_ids, kept)
             return partition.labels, partition
         opinions = matrix - kept.reference_matrix(layout, matrix.dtype)
-        still = np.linalg.norm(opinions, axis=1) == 0
+        still = _row_squares(opinions) == 0
         if not still.any():
             partition = self.rule.partition(opinions, kept.node_ids, kept)
             return partition.labels, partition
