@@ -134,6 +134,19 @@ def test_array_view_gives_flowers_values_without_a_copy(value):
         view[...] = 0
 
 
+def test_array_view_reads_npy_2_headers_and_leaves_broken_ones_to_flower():
+    import io
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.arange(6.0).reshape(2, 3), version=(2, 0))
+    v2 = Array(dtype="float64", shape=(2, 3), stype="numpy.ndarray", data=buffer.getvalue())
+    np.testing.assert_array_equal(array_view(v2), v2.numpy())
+    broken = Array(dtype="float64", shape=(2,), stype="numpy.ndarray", data=b"\x93NUMPY\x01\x00\x10\x00{'descr': 'x")
+    with pytest.raises(Exception) as flower_error:
+        broken.numpy()
+    with pytest.raises(type(flower_error.value)):
+        array_view(broken)
+
+
 def test_array_view_leaves_pickled_and_foreign_arrays_to_flower():
     import io
     buffer = io.BytesIO()

@@ -6,6 +6,7 @@ A model here is a mapping ``name -> numpy array`` (a decoded Flower ``ArrayRecor
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,23 +36,47 @@ def array_view(array: Array) -> np.ndarray:
     """
     if array.stype != "numpy.ndarray":
         return array.numpy()
-    stream = io.BytesIO(array.data)
-    try:
-        version = np.lib.format.read_magic(stream)
-        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-        if read_header is None:
-            return array.numpy()
-        shape, fortran_order, dtype = read_header(stream)
-    except ValueError:
-        return array.numpy()  # let Flower's decoder raise its own error
+    header = _npy_header(array.data)
+    if header is None:
+        return array.numpy()  # an unknown version, or not .npy: Flower's decoder decides (and raises its error)
+    shape, fortran_order, dtype, offset = header
     if dtype.hasobject:
         return array.numpy()  # refuses pickled data, as Flower does
     count = int(np.prod(shape, dtype=np.int64))
-    flat = np.frombuffer(array.data, dtype=dtype, count=count, offset=stream.tell())
+    flat = np.frombuffer(array.data, dtype=dtype, count=count, offset=offset)
     view = flat.reshape(shape[::-1]).T if fortran_order else flat.reshape(shape)
     view.flags.writeable = False
     return view
+
+
+_PREFIX = {1: 10, 2: 12}  # .npy major version -> bytes before the header text (magic, version, length)
+
+
+def _npy_header(data: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int] | None:
+    """(shape, Fortran order, dtype, data offset) of ``.npy`` bytes, or None when they are not .npy 1.0 / 2.0.
+
+    The header text is parsed once per distinct header (:func:`_parse_header`): a round's replies of one
+    model all carry the same one.
+    """
+    start = _PREFIX.get(data[6]) if len(data) > 12 and data[:6] == b"\x93NUMPY" else None
+    if start is None or data[7] != 0:
+        return None
+    length = int.from_bytes(data[8:start], "little")
+    parsed = _parse_header(bytes(data[: start + length]))
+    return None if parsed is None else (*parsed, start + length)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_header(header: bytes) -> tuple[tuple[int, ...], bool, np.dtype] | None:
+    """numpy's own parser (``numpy.lib.format``) on one ``.npy`` header."""
+    stream = io.BytesIO(header)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}[version]
+        return read_header(stream)
+    except (ValueError, KeyError):
+        return None
 
 
 def to_record(model: Model) -> ArrayRecord:
@@ -113,8 +138,10 @@ def stack_models(models: Sequence[Model], dtype: np.dtype = np.float32) -> tuple
     """Rows = the flattened floating arrays of each model (all must share the first one's layout)."""
     layout = FlatLayout.of(models[0])
     matrix = np.empty((len(models), layout.size), dtype=dtype)
-    for row, model in enumerate(models):
-        matrix[row] = layout.flatten(model, dtype)
+    bounds = np.cumsum([0, *(int(np.prod(shape)) for shape in layout.shapes)]).tolist()
+    for row, model in enumerate(models):  # each array written once, straight into its slice of the row
+        for name, start, stop in zip(layout.names, bounds, bounds[1:]):
+            matrix[row, start:stop] = np.asarray(model[name]).reshape(-1)
     return matrix, layout
 
 
