@@ -59,7 +59,7 @@ def _npy_header(data: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int] | No
     model all carry the same one.
     """
     start = _PREFIX.get(data[6]) if len(data) > 12 and data[:6] == b"\x93NUMPY" else None
-    if start is None or data[7] != 0:
+    if start is None:
         return None
     length = int.from_bytes(data[8:start], "little")
     parsed = _parse_header(bytes(data[: start + length]))
@@ -109,8 +109,13 @@ class FlatLayout:
         return cls(tuple(names), tuple(shapes), tuple(dtypes))
 
     @property
+    def bounds(self) -> list[int]:
+        """Where each floating array starts in the flat vector, and (last) where the vector ends."""
+        return np.cumsum([0, *(int(np.prod(shape)) for shape in self.shapes)]).tolist()
+
+    @property
     def size(self) -> int:
-        return int(sum(int(np.prod(s)) for s in self.shapes))
+        return self.bounds[-1]
 
     def flatten(self, model: Model, dtype: np.dtype = np.float32) -> np.ndarray:
         """The floating arrays of ``model`` concatenated into one vector."""
@@ -120,11 +125,9 @@ class FlatLayout:
         """A model with ``template``'s names and order, floating arrays taken from ``vector``."""
         if vector.shape != (self.size,):
             raise ValueError(f"vector has shape {vector.shape}, layout needs ({self.size},)")
-        pieces, offset = {}, 0
-        for name, shape, dtype in zip(self.names, self.shapes, self.dtypes):
-            count = int(np.prod(shape))
-            pieces[name] = vector[offset : offset + count].reshape(shape).astype(dtype)
-            offset += count
+        bounds = self.bounds
+        pieces = {name: vector[start:stop].reshape(shape).astype(dtype)
+                  for name, shape, dtype, start, stop in zip(self.names, self.shapes, self.dtypes, bounds, bounds[1:])}
         return {name: pieces.get(name, value) for name, value in template.items()}
 
 
@@ -138,7 +141,7 @@ def stack_models(models: Sequence[Model], dtype: np.dtype = np.float32) -> tuple
     """Rows = the flattened floating arrays of each model (all must share the first one's layout)."""
     layout = FlatLayout.of(models[0])
     matrix = np.empty((len(models), layout.size), dtype=dtype)
-    bounds = np.cumsum([0, *(int(np.prod(shape)) for shape in layout.shapes)]).tolist()
+    bounds = layout.bounds
     for row, model in enumerate(models):  # each array written once, straight into its slice of the row
         for name, start, stop in zip(layout.names, bounds, bounds[1:]):
             matrix[row, start:stop] = np.asarray(model[name]).reshape(-1)

@@ -116,9 +116,10 @@ def usable_updates(server_round: int, seed: int, replies: list[Message], sent: M
     the model store's key of what each node was sent.
     """
     decoded: dict[int, Model] = {}  # each distinct model sent, decoded once
+    fallback = next(iter(sent.values()), None)
 
     def reference_of(node: int) -> Model | None:
-        record = sent.get(node, next(iter(sent.values()), None))
+        record = sent.get(node, fallback)
         if record is None:
             return None
         if id(record) not in decoded:

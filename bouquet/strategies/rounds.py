@@ -151,9 +151,8 @@ class ClientUpdates:
     def reference_matrix(self, layout: FlatLayout, dtype: np.dtype, columns: np.ndarray | None = None) -> np.ndarray:
         """Row ``i``: the flattened model node ``i`` was sent (each distinct reference flattened once), only at
         ``columns`` when given (a sketch's coordinates: no S x d matrix is built)."""
-        if len(self.references) != len(self.node_ids):
-            raise ValueError("this aggregation needs the model each client was sent (its update is the difference):"
-                             " configure the round first (configure_train, or start)")
+        self.require_references("this aggregation needs the model each client was sent (its update is the "
+                                "difference)")
         flat: dict[int, np.ndarray] = {}
         rows = []
         for reference in self.references:
@@ -162,6 +161,11 @@ class ClientUpdates:
                 flat[id(reference)] = vector if columns is None else vector[columns]
             rows.append(flat[id(reference)])
         return np.stack(rows)
+
+    def require_references(self, need: str) -> None:
+        """Raise ``ValueError`` saying ``need`` when the updates carry no references (no configured round)."""
+        if len(self.references) != len(self.node_ids):
+            raise ValueError(f"{need}: configure the round first (configure_train, or start)")
 
     def subset(self, keep: Sequence[bool] | np.ndarray) -> ClientUpdates:
         """The updates where ``keep`` is true (the stacked matrix is recomputed on demand)."""

@@ -49,9 +49,7 @@ class ServerOptimizer:
         aggregate = self.inner.aggregate(updates)
         if aggregate.model is None:
             return aggregate
-        if not updates.references:
-            raise ValueError("a server optimizer steps from the model the clients were sent: configure the round "
-                             "first (configure_train, or start)")
+        updates.require_references("a server optimizer steps from the model the clients were sent")
         shared = [ref for ref, key in zip(updates.references, updates.keys()) if key == SHARED]
         if not shared:
             log.warning("round %d: no client was sent the shared model; the server optimizer skips the round",

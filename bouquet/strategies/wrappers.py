@@ -268,17 +268,7 @@ class FixedKFedAvg(BouquetStrategy):
                  evaluate_metrics_aggr_fn, recorder, models=_store(coalition_models))
 
 
-class _RobustDropIn(BouquetStrategy):
-    """What the five robust drop-ins share: one of Flower's robust rules behind seeded uniform sampling."""
-
-    def _robust(self, rule: str, params: RobustRuleParams, sampling: SamplingParams, keys: RecordParams,
-                train_metrics_aggr_fn: MetricsAggregation | None, evaluate_metrics_aggr_fn: MetricsAggregation | None,
-                recorder: Recorder | None, selection_rule: SelectionRule | None = None) -> None:
-        _compose(self, UniformSampler(sampling), FlowerRobustRule(rule, params, selection_rule), keys,
-                 train_metrics_aggr_fn, evaluate_metrics_aggr_fn, recorder)
-
-
-class SeededKrum(_RobustDropIn):
+class SeededKrum(BouquetStrategy):
     """Krum (Blanchard et al. 2017) with seeded sampling (drop-in for Flower's ``Krum``).
 
     Parameters
@@ -304,12 +294,13 @@ class SeededKrum(_RobustDropIn):
                  recorder: Recorder | None = None) -> None:
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
                                   min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        self._robust("krum", RobustRuleParams(num_malicious_nodes=num_malicious_nodes), sampling,
-                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                     evaluate_metrics_aggr_fn, recorder)
+        _compose(self, UniformSampler(sampling),
+                 FlowerRobustRule("krum", RobustRuleParams(num_malicious_nodes=num_malicious_nodes)),
+                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                 evaluate_metrics_aggr_fn, recorder)
 
 
-class SeededMultiKrum(_RobustDropIn):
+class SeededMultiKrum(BouquetStrategy):
     """MultiKrum with seeded sampling (drop-in for Flower's ``MultiKrum``).
 
     Parameters
@@ -339,11 +330,12 @@ class SeededMultiKrum(_RobustDropIn):
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
                                   min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
         params = RobustRuleParams(num_malicious_nodes=num_malicious_nodes, num_nodes_to_select=num_nodes_to_select)
-        self._robust("multikrum", params, sampling, RecordParams(weighted_by_key, arrayrecord_key, configrecord_key),
-                     train_metrics_aggr_fn, evaluate_metrics_aggr_fn, recorder)
+        _compose(self, UniformSampler(sampling), FlowerRobustRule("multikrum", params),
+                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                 evaluate_metrics_aggr_fn, recorder)
 
 
-class SeededBulyan(_RobustDropIn):
+class SeededBulyan(BouquetStrategy):
     """Bulyan (El Mhamdi et al. 2018) with seeded sampling (drop-in for Flower's ``Bulyan``).
 
     Parameters
@@ -372,12 +364,13 @@ class SeededBulyan(_RobustDropIn):
                  recorder: Recorder | None = None) -> None:
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
                                   min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        self._robust("bulyan", RobustRuleParams(num_malicious_nodes=num_malicious_nodes), sampling,
-                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                     evaluate_metrics_aggr_fn, recorder, selection_rule)
+        _compose(self, UniformSampler(sampling),
+                 FlowerRobustRule("bulyan", RobustRuleParams(num_malicious_nodes=num_malicious_nodes), selection_rule),
+                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                 evaluate_metrics_aggr_fn, recorder)
 
 
-class SeededFedMedian(_RobustDropIn):
+class SeededFedMedian(BouquetStrategy):
     """FedMedian (Yin et al. 2018) with seeded sampling (drop-in for Flower's ``FedMedian``).
 
     Parameters
@@ -400,12 +393,12 @@ class SeededFedMedian(_RobustDropIn):
                  recorder: Recorder | None = None) -> None:
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
                                   min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        self._robust("fedmedian", RobustRuleParams(), sampling,
-                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                     evaluate_metrics_aggr_fn, recorder)
+        _compose(self, UniformSampler(sampling), FlowerRobustRule("fedmedian", RobustRuleParams()),
+                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                 evaluate_metrics_aggr_fn, recorder)
 
 
-class SeededFedTrimmedAvg(_RobustDropIn):
+class SeededFedTrimmedAvg(BouquetStrategy):
     """FedTrimmedAvg (Yin et al. 2018) with seeded sampling (drop-in for Flower's ``FedTrimmedAvg``).
 
     Parameters
@@ -430,9 +423,9 @@ class SeededFedTrimmedAvg(_RobustDropIn):
                  recorder: Recorder | None = None) -> None:
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
                                   min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        self._robust("fedtrimmedavg", RobustRuleParams(trim_beta=beta), sampling,
-                     RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                     evaluate_metrics_aggr_fn, recorder)
+        _compose(self, UniformSampler(sampling), FlowerRobustRule("fedtrimmedavg", RobustRuleParams(trim_beta=beta)),
+                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
+                 evaluate_metrics_aggr_fn, recorder)
 
 
 def _composed(sampler: Sampler, aggregator: Aggregator, keys: RecordParams,
