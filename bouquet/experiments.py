@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bouquet.launch import failed_runs, federation_config, local_superlink, pool_size, toml_value
+from bouquet.launch import failed_runs, federation_config, pool_size, run_ids, run_superlink, toml_value
 from bouquet.processes import check_ray_address
 from bouquet.results import RunFolder
 
@@ -134,8 +134,10 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
     """Run the unfinished ``jobs`` in order; returns the number of failures.
 
     ``describe(summary)`` turns a finished run's ``summary.json`` into the text
-    printed after "done in N s:".  With ``ray_address`` the simulations join that
-    Ray cluster instead of starting a private one each.  Each simulated client
+    printed after "done in N s:".  The runs join the warm runtime when one is
+    up (``python -m bouquet.launch --up``), else one SuperLink and one Ray head
+    started for them all; with ``ray_address`` they join that Ray cluster
+    instead.  Each simulated client
     holds one CPU and ``gpus_per_client`` GPUs (:func:`bouquet.launch.federation_config`).
 
     Raises
@@ -147,12 +149,13 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
         check_ray_address(ray_address)
     todo = [job for job in jobs if not RunFolder(job.folder).finished]
     print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already done", flush=True)
-    failures, reported = 0, set()
+    failures = 0
     started_all = time.time()
     if not todo:
         return 0
     prepare_image_caches(todo)
-    with local_superlink(workdir, env={"RAY_ADDRESS": ray_address} if ray_address else None) as link:
+    with run_superlink(workdir, ray_address, shared_ray=True) as (link, which):
+        print(f"runs on: {which}", flush=True)
         for index, job in enumerate(todo, start=1):
             config = {**job.run_config, "results-dir": str(job.folder.parent), "run-name": job.folder.name}
             note, resumed = "", False
@@ -169,6 +172,7 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
             config_file = job.folder.parent / f"{job.folder.name}.run-config.toml"
             config_file.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in config.items()))
             started = time.time()
+            earlier = run_ids(link.run_statuses())
             print(f"[{index}/{len(todo)}] {job.label} {note}...", end=" ", flush=True)
             done = link.flwr_run(app_dir, run_config=str(config_file),
                                  federation_config=federation_config(job.supernodes, 1, gpus_per_client),
@@ -182,8 +186,7 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
                 failures += 1
                 # flwr run --stream exits 0 whatever became of the run: Flower's status says why (e.g. "No
                 # heartbeat received from the task"); only this run's line is new on this SuperLink
-                why = [line for line in failed_runs(link.run_statuses()) if line not in reported]
-                reported.update(why)
+                why = failed_runs(link.run_statuses(), earlier)
                 with open(log_file, "a") as log:
                     log.write("".join(f"\nbouquet: {line}" for line in why) + "\n")
                 print(f"FAILED (exit {done.returncode}; {'; '.join(why) or 'no summary.json'}; log {log_file}; "

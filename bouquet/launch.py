@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +34,10 @@ from bouquet.processes import (
 )
 
 if TYPE_CHECKING:
+    import argparse
+
     from bouquet.config import AppConfig
+    from bouquet.runtime import WarmRuntime
 
 __all__ = ["LocalSuperLink", "app_config", "app_files", "failed_runs", "federation_config", "free_port",
            "local_superlink", "offline_env", "staged_app", "unfinished_runs"]
@@ -84,9 +88,13 @@ def staged_app(app_dir: Path) -> Iterator[Path]:
 
 @dataclass
 class LocalSuperLink:
-    """A running SuperLink process and the ``FLWR_HOME`` whose config names it ``connection``."""
+    """A running SuperLink and the ``FLWR_HOME`` whose config names it ``connection``.
 
-    process: subprocess.Popen
+    ``process`` is the SuperLink this object started (:meth:`stop` ends it), or None for one that runs on its
+    own, such as a warm runtime's (:meth:`stop` leaves it running).
+    """
+
+    process: subprocess.Popen | None
     port: int
     flwr_home: Path
     connection: str = "bouquet-local"
@@ -112,8 +120,9 @@ class LocalSuperLink:
         return done.stdout if done.returncode == 0 else f"flwr ls failed: {done.stdout}{done.stderr}"
 
     def stop(self) -> None:
-        """Terminate the SuperLink (and the processes it started) by PID."""
-        stop(self.process)
+        """Terminate the SuperLink this object started (and the processes it started) by PID."""
+        if self.process is not None:
+            stop(self.process)
 
 
 @contextmanager
@@ -132,12 +141,28 @@ def local_superlink(workdir: Path, simulation: bool = True, extra_args: list[str
 
 def _superlink(workdir: Path, simulation: bool, extra_args: list[str] | None, startup_seconds: float,
                env: dict[str, str] | None) -> Iterator[LocalSuperLink]:
-    flwr_home = workdir / "flwr-home"
+    link = start_superlink(workdir, simulation, extra_args, startup_seconds, env)
+    try:
+        yield link
+    finally:
+        link.stop()
+
+
+def write_connection(flwr_home: Path, port: int) -> None:
+    """``FLWR_HOME/config.toml`` naming the SuperLink on 127.0.0.1:``port`` ``bouquet-local`` (insecure)."""
     flwr_home.mkdir(parents=True, exist_ok=True)
-    port = free_port()
     (flwr_home / "config.toml").write_text(
         f'[superlink]\ndefault = "bouquet-local"\n\n[superlink.bouquet-local]\n'
         f'address = "127.0.0.1:{port}"\ninsecure = true\n')
+
+
+def start_superlink(workdir: Path, simulation: bool = True, extra_args: list[str] | None = None,
+                    startup_seconds: float = 60, env: dict[str, str] | None = None) -> LocalSuperLink:
+    """Start ``flower-superlink`` on 127.0.0.1 in ``workdir`` and wait until it listens; the caller stops it."""
+    workdir = Path(workdir)
+    flwr_home = workdir / "flwr-home"
+    port = free_port()
+    write_connection(flwr_home, port)
     command = [flower_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(port),
                "--database", str(workdir / "state.db"), "--disable-runtime-dependency-installation"]
     if simulation:
@@ -148,9 +173,42 @@ def _superlink(workdir: Path, simulation: bool, extra_args: list[str] | None, st
     try:
         wait_until(lambda: port_open(port), link.process, log, startup_seconds,
                    f"flower-superlink on 127.0.0.1:{port}")
-        yield link
-    finally:
+    except BaseException:
         link.stop()
+        raise
+    return link
+
+
+@contextmanager
+def run_superlink(workdir: Path, ray_address: str | None = None, cold: bool = False,
+                  runtime_dir: Path | None = None, shared_ray: bool = False) -> Iterator[tuple[LocalSuperLink, str]]:
+    """The SuperLink runs use, with a line saying which.
+
+    The warm runtime's if one is recorded (a stale one is cleaned away and started again), unless ``cold`` or a
+    ``ray_address`` is given; else a private SuperLink in ``workdir``, stopped on exit, whose simulations start a
+    private Ray each, join the cluster at ``ray_address``, or (``shared_ray``, for a series of runs) join one Ray
+    head started here for all of them and stopped on exit.
+    """
+    from bouquet.runtime import RayHead, WarmRuntime
+
+    runtime = WarmRuntime(runtime_dir)
+    if not cold and ray_address is None and (runtime.folder / "runtime.json").exists():
+        state, what = runtime.up()
+        link = LocalSuperLink(None, state.superlink_port, Path(state.flwr_home))
+        note = "" if what == "already up" else f" ({what})"
+        yield link, (f"joining the warm runtime{note}: SuperLink 127.0.0.1:{link.port} (pid {state.superlink_pid}), "
+                     f"Ray {state.ray_address} (pid {state.ray_pid})")
+        return
+    ray = RayHead(Path(workdir) / "ray-head.log") if shared_ray and ray_address is None else None
+    try:
+        address = ray.address if ray is not None else ray_address
+        with local_superlink(Path(workdir), env={"RAY_ADDRESS": address} if address else None) as link:
+            ray_note = (f", Ray head {address} (pid {ray.process.pid}) for these runs" if ray is not None
+                        else f", Ray {address}" if address else "")
+            yield link, f"private SuperLink on 127.0.0.1:{link.port} (pid {link.process.pid}){ray_note}"
+    finally:
+        if ray is not None:
+            ray.stop()
 
 
 def parse_overrides(text: str) -> dict:
@@ -245,9 +303,12 @@ def unfinished_runs(results_dir: Path, before: set[Path]) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bouquet.launch``: run the app in simulation on a private SuperLink, then stop it."""
+    """``python -m bouquet.launch``: run the app in simulation (on the warm runtime if one is up, else on a
+    private SuperLink and Ray, stopped after the run), or start / stop / show the warm runtime."""
     import argparse
     import tempfile
+
+    from bouquet.runtime import WarmRuntime
 
     parser = argparse.ArgumentParser(prog="python -m bouquet.launch", description=main.__doc__)
     parser.add_argument("app", nargs="?", default=".", help="Flower app folder (holds pyproject.toml)")
@@ -263,7 +324,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", default=None, metavar="RUN_FOLDER",
                         help="go on with an interrupted run from its last checkpoint, with its config.json "
                              "(--run-config may add resume-allow-rounds=true num-server-rounds=N)")
+    runtime = parser.add_argument_group("warm runtime (one SuperLink and one Ray head on 127.0.0.1 that runs join)")
+    action = runtime.add_mutually_exclusive_group()
+    action.add_argument("--up", action="store_true", help="start the warm runtime (nothing if it is up) and exit")
+    action.add_argument("--down", action="store_true", help="stop the warm runtime by PID and exit")
+    action.add_argument("--status", action="store_true", help="show the warm runtime and exit")
+    action.add_argument("--cold", action="store_true",
+                        help="run on a private SuperLink and Ray even when the warm runtime is up")
+    runtime.add_argument("--runtime-dir", type=Path, default=None,
+                         help="the warm runtime's folder (default: $BOUQUET_RUNTIME_DIR or ~/.cache/bouquet/runtime)")
+    runtime.add_argument("--num-cpus", type=int, default=None,
+                         help="with --up: CPUs the Ray head hands to ClientApp actors (default: all)")
     args = parser.parse_args(argv)
+    if args.up or args.down or args.status:
+        return _runtime_command(WarmRuntime(args.runtime_dir), args)
     if args.ray_address:
         try:
             check_ray_address(args.ray_address)
@@ -282,12 +356,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"bouquet: {exc}\n")
     results_dir = Path(app_config(Path(args.app), args.run_config).run.results_dir).expanduser().resolve()
     before = {config.parent for config in results_dir.glob("*/config.json")}
-    with tempfile.TemporaryDirectory(prefix="bouquet-link-") as workdir:
-        env = {"RAY_ADDRESS": args.ray_address} if args.ray_address else None
-        with local_superlink(Path(workdir), env=env) as link:
-            print(f"bouquet: private SuperLink on 127.0.0.1:{link.port} (pid {link.process.pid})", flush=True)
-            done = link.flwr_run(Path(args.app), args.run_config, federation, timeout=None, capture=False)
-            failed = failed_runs(link.run_statuses())
+    with tempfile.TemporaryDirectory(prefix="bouquet-link-") as workdir, \
+            run_superlink(Path(workdir), args.ray_address, args.cold, args.runtime_dir) as (link, which):
+        print(f"bouquet: {which}", flush=True)
+        earlier = run_ids(link.run_statuses())
+        done = link.flwr_run(Path(args.app), args.run_config, federation, timeout=None, capture=False)
+        failed = failed_runs(link.run_statuses(), earlier)
     for line in failed:  # flwr run --stream exits 0 whatever became of the run
         print(f"bouquet: {line}", flush=True)
     if failed or done.returncode:
@@ -297,9 +371,38 @@ def main(argv: list[str] | None = None) -> int:
     return done.returncode or (1 if failed else 0)
 
 
-def failed_runs(statuses: str) -> list[str]:
+def _runtime_command(runtime: WarmRuntime, args: argparse.Namespace) -> int:
+    """``--up`` / ``--down`` / ``--status``."""
+    if args.status:
+        print(runtime.describe(), flush=True)
+        return 0
+    if args.down:
+        print(f"bouquet: {runtime.down()}", flush=True)
+        return 0
+    try:
+        state, what = runtime.up(num_cpus=args.num_cpus)
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"bouquet: could not start the warm runtime in {runtime.folder}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    print(f"bouquet: warm runtime {what}: SuperLink 127.0.0.1:{state.superlink_port} (pid {state.superlink_pid}), "
+          f"Ray {state.ray_address} (pid {state.ray_pid}); runs of `python -m bouquet.launch` join it until "
+          f"`python -m bouquet.launch --down`", flush=True)
+    return 0
+
+
+def run_ids(statuses: str) -> set[str]:
+    """The run ids in ``flwr ls --format json`` output (empty when it is not such a listing)."""
+    import json
+
+    try:
+        return {str(r.get("run-id")) for r in json.loads(statuses).get("runs", [])}
+    except (ValueError, AttributeError):
+        return set()
+
+
+def failed_runs(statuses: str, earlier: set[str] = frozenset()) -> list[str]:
     """One line per run of ``flwr ls --format json`` output that did not finish ``completed`` (status and
-    Flower's details); a listing that is not JSON is one line itself."""
+    Flower's details), leaving out the run ids in ``earlier``; a listing that is not JSON is one line itself."""
     import json
 
     try:
@@ -308,7 +411,7 @@ def failed_runs(statuses: str) -> list[str]:
         return [f"could not read the runs' status: {statuses.strip()[:500]}"]
     return [f"run {r.get('run-id')} ended {r.get('status')}" + (f": {r['status-details']}" if r.get("status-details")
                                                                else "")
-            for r in runs if r.get("status") != "finished:completed"]
+            for r in runs if r.get("status") != "finished:completed" and str(r.get("run-id")) not in earlier]
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@
 For each job, in one invocation (machines here are noisy, so only ratios
 measured together are compared):
 
-* **Flower**: ``python -m bouquet.launch .`` with the job's run config (what a
-  user runs: private SuperLink, Ray, one SuperNode per household), timed from
-  the command's start to its exit;
+* **Flower, warm**: ``python -m bouquet.launch .`` with the job's run config
+  (what a user runs: one SuperNode per household) joining a warm runtime
+  (``--up``, started once before the jobs and not counted), timed from the
+  command's start to its exit;
+* **Flower, cold**: the same with ``--cold``: a private SuperLink and Ray
+  started and stopped for the run;
 * **bare**: the same work in a loop with no Flower, on a process pool with one
   worker per CPU (one torch thread each, as the ClientApp sets): the same
   pool and LSTM, the same seeded choice of clients per round
@@ -20,9 +23,9 @@ measured together are compared):
   client evaluated every round, and the final evaluation of every client.
 
 The bare loop must reach the Flower run's final MAE to the last digit (checked
-and printed): it is the same computation.  Prints a table and, as its last
-line, ``overhead ratio: X`` (Flower wall / bare wall, the larger over the
-jobs); writes ``results/bench/overhead.csv``.  With ``--max-in-flight N`` each
+and printed): it is the same computation, and so must both Flower runs.  Prints a table, the line
+``overhead ratio, cold: Y`` and, as its last line, ``overhead ratio: X`` (warm Flower wall / bare wall, the
+larger over the jobs); writes ``results/bench/overhead.csv``.  With ``--max-in-flight N`` each
 job also runs through Flower with ``max-in-flight=N`` (:mod:`bouquet.grid`: at
 most N messages unanswered; it must give the same MAE), and the line before
 the last is ``overhead ratio with max-in-flight=N: Y``.
@@ -48,6 +51,7 @@ import torch
 from bouquet.config import AppConfig
 from bouquet.experiments import layered_run_config
 from bouquet.launch import toml_value
+from bouquet.runtime import WarmRuntime
 from bouquet.server_app import make_aggregator
 from bouquet.strategies.rounds import ClientUpdates
 from bouquet.strategies.sampling import draw_nodes, training_count
@@ -140,12 +144,15 @@ def bare_run(run_config: dict, supernodes: int, workers: int) -> tuple[float, fl
     return time.perf_counter() - started, float(np.mean([m["mae-litres"] for m in final]))
 
 
-def flower_run(run_config: dict, supernodes: int, results: Path) -> tuple[float, float]:
-    """(wall seconds, final MAE) of ``python -m bouquet.launch .`` on the same run config."""
+def flower_run(run_config: dict, supernodes: int, results: Path, runtime_dir: Path,
+               cold: bool) -> tuple[float, float]:
+    """(wall seconds, final MAE) of ``python -m bouquet.launch .`` on the same run config: joining the warm
+    runtime in ``runtime_dir``, or (``cold``) on a private SuperLink and Ray started and stopped for the run."""
     overrides = {**run_config, "results-dir": str(results), "run-name": "bench"}
     text = " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "bouquet.launch", str(ROOT), "--supernodes", str(supernodes),
+                           "--runtime-dir", str(runtime_dir), *(["--cold"] if cold else []),
                            "--run-config", text], capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
     summaries = sorted(results.glob("*/summary.json"))
@@ -166,46 +173,67 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_in_flight is not None and args.max_in_flight < 1:
         parser.error(f"--max-in-flight must be >= 1, got {args.max_in_flight}")
 
-    from bouquet.launch import pool_size
-
     print(f"# bench_overhead: {os.cpu_count()} CPUs, torch {torch.__version__}, bare loop on {args.workers} "
           f"processes", flush=True)
     rows = []
-    for name in args.jobs:
-        run_config = job_config(name, args.rounds)
-        supernodes = pool_size(ROOT, " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items()))
-        with tempfile.TemporaryDirectory(prefix="bench-overhead-") as folder:
-            flower_wall, flower_mae = flower_run(run_config, supernodes, Path(folder))
-        window = {}
-        if args.max_in_flight is not None:
-            with tempfile.TemporaryDirectory(prefix="bench-overhead-") as folder:
-                window_wall, window_mae = flower_run({**run_config, "max-in-flight": args.max_in_flight}, supernodes,
-                                                     Path(folder))
-            window = {"window-s": window_wall, "window-mae": window_mae}
-        bare_wall, bare_mae = bare_run(run_config, supernodes, args.workers)
-        same = np.isclose(flower_mae, bare_mae, rtol=0, atol=1e-9) and (
-            not window or np.isclose(window["window-mae"], bare_mae, rtol=0, atol=1e-9))
-        rows.append({"job": name, "supernodes": supernodes, "flower-s": flower_wall, "bare-s": bare_wall,
-                     "ratio": flower_wall / bare_wall, "flower-mae": flower_mae, "bare-mae": bare_mae,
-                     "same-mae": bool(same), **window,
-                     **({"window-ratio": window["window-s"] / bare_wall} if window else {})})
-        windowed = (f"; with max-in-flight={args.max_in_flight} {window['window-s']:.1f} s "
-                    f"({window['window-s'] / bare_wall:.2f}x, MAE {window['window-mae']:.4f})") if window else ""
-        print(f"{name}: {supernodes} SuperNodes; Flower {flower_wall:.1f} s, bare {bare_wall:.1f} s "
-              f"({flower_wall / bare_wall:.2f}x){windowed}; final MAE {flower_mae:.4f} vs {bare_mae:.4f} "
-              f"({'same' if same else 'DIFFERENT'})", flush=True)
-    print("\n| job | SuperNodes | Flower (s) | bare (s) | Flower / bare | final MAE (both) |")
-    print("|---|--:|--:|--:|--:|--:|")
+    with tempfile.TemporaryDirectory(prefix="bench-runtime-") as runtime_folder:
+        runtime = WarmRuntime(Path(runtime_folder))
+        started = time.perf_counter()
+        runtime.up()
+        up_wall = time.perf_counter() - started
+        print(f"warm runtime up in {up_wall:.1f} s (paid once, not counted in the warm runs)", flush=True)
+        try:
+            for name in args.jobs:
+                rows.append(_job(name, args, Path(runtime_folder)))
+        finally:
+            runtime.down()
+    print("\n| job | SuperNodes | Flower, warm runtime (s) | Flower, cold (s) | bare (s) | warm / bare | cold / bare "
+          "| fixed cost per run, warm (s) | final MAE (all) |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in rows:
-        mae = f"{r['flower-mae']:.2f}" if r["same-mae"] else f"{r['flower-mae']:.2f} vs {r['bare-mae']:.2f}"
-        print(f"| {r['job']} | {r['supernodes']} | {r['flower-s']:.1f} | {r['bare-s']:.1f} | {r['ratio']:.2f} | {mae} |")
+        mae = f"{r['flower-mae']:.2f}" if r["same-mae"] else f"{r['flower-mae']:.2f} / {r['cold-mae']:.2f} / {r['bare-mae']:.2f}"
+        print(f"| {r['job']} | {r['supernodes']} | {r['flower-s']:.1f} | {r['cold-s']:.1f} | {r['bare-s']:.1f} "
+              f"| {r['ratio']:.2f} | {r['cold-ratio']:.2f} | {r['flower-s'] - r['bare-s']:.1f} | {mae} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(args.out, index=False)
     print(f"\nwritten {args.out}")
     if args.max_in_flight is not None:
         print(f"overhead ratio with max-in-flight={args.max_in_flight}: {max(r['window-ratio'] for r in rows):.2f}")
+    print(f"overhead ratio, cold: {max(r['cold-ratio'] for r in rows):.2f}")
     print(f"overhead ratio: {max(r['ratio'] for r in rows):.2f}")
     return 0 if all(r["same-mae"] for r in rows) else 1
+
+
+def _job(name: str, args: argparse.Namespace, runtime_dir: Path) -> dict:
+    """One job: Flower joining the warm runtime, Flower cold, the bare loop; the row of the table."""
+    from bouquet.launch import pool_size
+
+    run_config = job_config(name, args.rounds)
+    supernodes = pool_size(ROOT, " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items()))
+    walls = {}
+    for cold in (False, True):
+        with tempfile.TemporaryDirectory(prefix="bench-overhead-") as folder:
+            walls[cold] = flower_run(run_config, supernodes, Path(folder), runtime_dir, cold)
+    (flower_wall, flower_mae), (cold_wall, cold_mae) = walls[False], walls[True]
+    window = {}
+    if args.max_in_flight is not None:
+        with tempfile.TemporaryDirectory(prefix="bench-overhead-") as folder:
+            window_wall, window_mae = flower_run({**run_config, "max-in-flight": args.max_in_flight}, supernodes,
+                                                 Path(folder), runtime_dir, False)
+        window = {"window-s": window_wall, "window-mae": window_mae}
+    bare_wall, bare_mae = bare_run(run_config, supernodes, args.workers)
+    same = all(np.isclose(mae, bare_mae, rtol=0, atol=1e-9)
+               for mae in [flower_mae, cold_mae, *([window["window-mae"]] if window else [])])
+    windowed = (f"; with max-in-flight={args.max_in_flight} {window['window-s']:.1f} s "
+                f"({window['window-s'] / bare_wall:.2f}x, MAE {window['window-mae']:.4f})") if window else ""
+    print(f"{name}: {supernodes} SuperNodes; Flower {flower_wall:.1f} s warm, {cold_wall:.1f} s cold, bare "
+          f"{bare_wall:.1f} s ({flower_wall / bare_wall:.2f}x warm, {cold_wall / bare_wall:.2f}x cold){windowed}; "
+          f"final MAE {flower_mae:.4f} warm, {cold_mae:.4f} cold, {bare_mae:.4f} bare "
+          f"({'same' if same else 'DIFFERENT'})", flush=True)
+    return {"job": name, "supernodes": supernodes, "flower-s": flower_wall, "cold-s": cold_wall, "bare-s": bare_wall,
+            "ratio": flower_wall / bare_wall, "cold-ratio": cold_wall / bare_wall, "flower-mae": flower_mae,
+            "cold-mae": cold_mae, "bare-mae": bare_mae, "same-mae": bool(same), **window,
+            **({"window-ratio": window["window-s"] / bare_wall} if window else {})}
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """Shared fixtures: an isolated data cache, the shared real data, and one Ray head + SuperLink per session.
 
 End-to-end tests run real ``flwr run`` commands against a real ``flower-superlink`` (simulation
-runtime).  Starting a SuperLink and a Ray cluster costs ~5 s per run, so a test session (each pytest-xdist
-worker is one) starts one Ray head (on 127.0.0.1) and one SuperLink that every simulation joins
-(``RAY_ADDRESS``): each ``flwr run`` is still its own run with its own simulation process, ServerApp and
-ClientApp actors, and its own results folder, so tests stay independent.  Both processes are stopped by
-PID at the end of the session.
+runtime).  Starting a SuperLink and a Ray cluster costs ~5-9 s per run, so a test session (each pytest-xdist
+worker is one) starts bouquet's warm runtime (:mod:`bouquet.runtime`: one Ray head and one SuperLink on
+127.0.0.1) that every simulation joins (``RAY_ADDRESS``): each ``flwr run`` is still its own run with its own
+simulation process, ServerApp and ClientApp actors, and its own results folder, so tests stay independent.
+Both processes are stopped by PID at the end of the session.
 """
 
 import os
@@ -13,10 +13,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -37,36 +37,6 @@ def daiad_zip() -> Path:
     return DAIAD_ZIP
 
 
-class RayHead:
-    """A ``ray start --head --block`` process on 127.0.0.1 (its session logs under ``temp_dir``)."""
-
-    def __init__(self, log: Path, num_cpus: int = 2) -> None:
-        from bouquet.processes import free_port
-
-        self.port = free_port()
-        self.temp_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # Ray's socket paths must stay short
-        with open(log, "w") as handle:  # the child keeps its own copy
-            self.process = subprocess.Popen(
-                [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address",
-                 "127.0.0.1", "--port", str(self.port), "--num-cpus", str(num_cpus), "--include-dashboard", "false",
-                 "--disable-usage-stats", "--temp-dir", str(self.temp_dir)],
-                stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 120
-        while not list(self.temp_dir.glob("session_*/logs/raylet.out")):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ray head did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        time.sleep(2)  # the GCS accepts drivers a moment after the raylet writes its log
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        stop_group(self.process)
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-
 class RayNode:
     """A second Ray node: ``ray start --address <head> --block`` on 127.0.0.1 with its own CPUs.
 
@@ -74,7 +44,7 @@ class RayNode:
     processes of the actors Ray places on this node.
     """
 
-    def __init__(self, head: RayHead, log: Path, num_cpus: int = 1) -> None:
+    def __init__(self, head, log: Path, num_cpus: int = 1) -> None:
         with open(log, "w") as handle:
             self.process = subprocess.Popen(
                 [str(Path(sys.executable).with_name("ray")), "start", "--address", head.address, "--block",
@@ -114,22 +84,32 @@ def stop_group(process: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="session")
-def ray_head(tmp_path_factory):
-    """One Ray cluster for every simulation of the session."""
-    head = RayHead(tmp_path_factory.mktemp("ray") / "ray-head.log")
+def warm_runtime(tmp_path_factory):
+    """The session's warm runtime (:class:`bouquet.runtime.WarmRuntime`): one Ray head and one SuperLink on
+    127.0.0.1 that every simulation of the session joins, stopped at the end (and checked stopped)."""
+    from bouquet.runtime import WarmRuntime, pid_alive
+
+    runtime = WarmRuntime(tmp_path_factory.mktemp("runtime"))
+    state, _ = runtime.up(num_cpus=2)
     try:
-        yield head
+        yield state
     finally:
-        head.stop()
+        runtime.down()
+        assert not pid_alive(state.superlink_pid, "flower-superlink") and not pid_alive(state.ray_pid, "ray")
 
 
 @pytest.fixture(scope="session")
-def superlink(tmp_path_factory, ray_head):
-    """One SuperLink (simulation runtime) whose simulations join the session's Ray head."""
-    from bouquet.launch import local_superlink
+def ray_head(warm_runtime):
+    """The session's Ray head (its ``address``)."""
+    return SimpleNamespace(address=warm_runtime.ray_address, port=warm_runtime.ray_port)
 
-    with local_superlink(tmp_path_factory.mktemp("superlink"), env={"RAY_ADDRESS": ray_head.address}) as link:
-        yield link
+
+@pytest.fixture(scope="session")
+def superlink(warm_runtime):
+    """The session's SuperLink (simulation runtime), whose simulations join the session's Ray head."""
+    from bouquet.launch import LocalSuperLink
+
+    return LocalSuperLink(None, warm_runtime.superlink_port, Path(warm_runtime.flwr_home))
 
 
 _HEARTBEAT_FAILURES: set[str] = set()
