@@ -53,6 +53,7 @@ def test_every_arm_and_attack_resolves_to_a_valid_app_config():
                 assert config.attack.attack == attack and config.sampling.seed == 2
 
 
+@pytest.mark.tier2  # second tier: the study runner is first-tier in test_sckm_experiments.py
 @pytest.mark.e2e
 def test_smoke_study_writes_the_table_and_figures_and_resumes(tmp_path, capsys, ray_head):
     runner, figures = script(RUNNER), script(FIGURES)

@@ -88,6 +88,7 @@ def test_insecure_mode_is_explicit(tmp_path):
         assert wait_for_nodes(deploy, 1) == 1
 
 
+@pytest.mark.tier2  # second tier: the attack harness runs end to end in simulation (test_e2e_robust.py)
 def test_deployed_attackers_are_drawn_flagged_and_measured(tmp_path):
     """An attacked run on real SuperNodes: each node draws whether it attacks from the run's seed and its
     node config, the attacker flips its update, and the server reports it and its share of the model."""
@@ -111,6 +112,7 @@ def test_deployed_attackers_are_drawn_flagged_and_measured(tmp_path):
     assert sorted(clients.loc[clients["attacker"].astype(bool), "partition-id"]) == summary["attackers"]
 
 
+@pytest.mark.tier2  # second tier: resume to the same numbers is first-tier in simulation (test_e2e_resume.py)
 def test_a_superlink_killed_mid_run_is_restarted_and_the_run_resumed_to_the_same_numbers(tmp_path):
     """The whole SuperLink (with the ServerApp it runs) is SIGKILLed after round k while the SuperNodes stay
     up; restarted on the same state database, the nodes reconnect and ``resume-from`` finishes the run with
@@ -156,6 +158,7 @@ def test_a_superlink_killed_mid_run_is_restarted_and_the_run_resumed_to_the_same
     assert [(r["round"], r["phase"]) for r in lines if r["phase"] == "train"] == [(r, "train") for r in (1, 2, 3)]
 
 
+@pytest.mark.tier2  # second tier: a lost node is screened out in simulation too; ~2 min of waiting for the SuperLink
 def test_a_supernode_killed_mid_round_does_not_stop_the_run(tmp_path):
     """Node 2 dies while training round 1: the round completes with nodes 0 and 1 and the log names node 2."""
     import re
@@ -193,6 +196,7 @@ def test_a_supernode_killed_mid_round_does_not_stop_the_run(tmp_path):
     assert sorted(clients["partition-id"]) == [0, 1]
 
 
+@pytest.mark.tier2  # second tier: ~3 min of waiting; the TLS deployment is first-tier
 def test_a_household_joins_and_leaves_a_running_federation_without_restarting_the_superlink(tmp_path):
     """The operator adds a box (registers its key, the box starts its SuperNode) and removes one (stops it,
     unregisters its node id) while the SuperLink keeps running: the next runs sample the current members, and
@@ -226,6 +230,7 @@ def test_a_household_joins_and_leaves_a_running_federation_without_restarting_th
         assert deploy.superlink.poll() is None and deploy.superlink.pid == superlink_pid
 
 
+@pytest.mark.tier2  # second tier: ~5 min of waiting on Flower's timeouts
 def test_with_tls_and_auth_a_node_cut_off_past_the_round_timeout_and_a_restarted_superlink_are_rejoined(tmp_path):
     """TLS + SuperNode auth (where Flower users report reconnect failures, flwr#4844). Node 2's box freezes
     (SIGSTOP: no heartbeats, no replies) while it trains round 1 and stays frozen past the round timeout: the

@@ -87,6 +87,7 @@ def test_selection_of_trained_updates_runs_end_to_end(run_app):
     assert "Selection of updates: sckm-select keeps 2" in stdout
 
 
+@pytest.mark.tier2  # second tier: the default job (built on the improved forecaster) is pinned first-tier in test_regression.py
 def test_the_improved_forecaster_runs_end_to_end_beside_the_naive_forecasts(run_app):
     folder, stdout = run_app('forecaster="improved" strategy="fedavg" num-server-rounds=2 clients-per-round=3 '
                              "local-epochs=1 synthetic-households=150 active-factor=0.5", supernodes=3)

@@ -19,7 +19,8 @@ SMALL = ('forecaster="improved" validation-fraction=0.2 num-server-rounds=2 clie
 
 @pytest.mark.parametrize("extra", [
     'strategy="fedavg" personalize-epochs=2 forecast-baseline="household" server-optimizer="adam"',
-    'strategy="hk-cosine" personal-layers="head" personalize-epochs=1',
+    pytest.param('strategy="hk-cosine" personal-layers="head" personalize-epochs=1',
+                 marks=pytest.mark.tier2),  # second tier: FedPer is first-tier with IFCA below
     'strategy="fedmedian" ditto-lambda=0.5',
     'strategy="ifca" ifca-k=2 personal-layers="head" personalize-epochs=1',
 ], ids=["fine-tuning+household+fedadam", "hk+fedper", "fedmedian+ditto", "ifca+fedper"])
@@ -42,6 +43,7 @@ def test_personalisation_runs_end_to_end_with_validation_numbers(run_app, extra,
         assert sorted(set(saved)) == trained
 
 
+@pytest.mark.tier2  # second tier: resume to the same numbers is first-tier (test_e2e_resume.py)
 def test_a_killed_run_with_personal_state_resumes_to_the_same_numbers(tmp_path, superlink, ray_head):
     rounds, k = 4, 2
     common = (f'forecaster="improved" validation-fraction=0.2 strategy="fedavg" ditto-lambda=0.5 '

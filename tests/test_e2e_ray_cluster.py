@@ -9,7 +9,8 @@ import pytest
 
 from bouquet.launch import local_superlink
 from bouquet.processes import command_line, descendants
-from tests.conftest import RayHead, RayNode, raylet_of
+from bouquet.runtime import RayHead
+from tests.conftest import RayNode, raylet_of
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +26,7 @@ def actors_under(raylets: dict[str, int], seen: dict[str, set[int]], stop: threa
         time.sleep(0.3)
 
 
+@pytest.mark.tier2  # second tier: every first-tier simulation joins an existing Ray head; two nodes are an opt-in
 def test_a_simulation_places_its_clients_on_both_nodes_of_a_two_node_ray_cluster(tmp_path):
     head = RayHead(tmp_path / "head.log", num_cpus=1)
     node = None

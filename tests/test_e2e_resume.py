@@ -59,8 +59,10 @@ def _kill_after_checkpoint(link, folder, k, run_config):
 
 @pytest.mark.parametrize("test_seed, extra", [
     (0, 'strategy="hk-cosine"'),
-    (1, 'strategy="hk-cosine" coalition-models="personal" hk-opinion-space="updates" hk-tau=0.5'),
-    (2, 'task="vision" selection="sckm-select" selection-mode="piggyback" strategy="fedavg"'),
+    pytest.param(1, 'strategy="hk-cosine" coalition-models="personal" hk-opinion-space="updates" hk-tau=0.5',
+                 marks=pytest.mark.tier2),  # second tier: the same resume path as "hk", with coalition models
+    pytest.param(2, 'task="vision" selection="sckm-select" selection-mode="piggyback" strategy="fedavg"',
+                 marks=pytest.mark.tier2),  # second tier: the same resume path, with the selector's state
 ], ids=["hk", "hk-personal", "sckm-piggyback"])
 def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path, superlink, ray_head, test_seed, extra):
     # the round after which the server dies: at least two rounds before the end, so that a fast run (the vision

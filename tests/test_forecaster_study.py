@@ -11,6 +11,7 @@ from tests.script_loader import script
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.tier2  # second tier: the study runner is first-tier in test_sckm_experiments.py; validation numbers in test_e2e_personal.py
 def test_smoke_study_chooses_on_validation_and_reports_paired_intervals(tmp_path, capsys, ray_head):
     runner = script("run_forecaster_study")
     args = ["--study", "hk-paper", "--data", "daiad", "--profile", "smoke", "--arms", "fedavg,fedprox",

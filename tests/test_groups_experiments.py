@@ -11,6 +11,7 @@ from tests.script_loader import ROOT, script
 RUNNER, FIGURES = "run_groups_experiments", "groups_figures"
 
 
+@pytest.mark.tier2  # second tier: the study runner is first-tier in test_sckm_experiments.py; rotated digits in test_e2e_clustered.py
 @pytest.mark.e2e
 def test_smoke_run_on_rotated_digits_writes_every_figure_and_resumes(tmp_path, capsys, ray_head):
     runner, figures = script(RUNNER), script(FIGURES)

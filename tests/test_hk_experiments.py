@@ -11,6 +11,7 @@ from tests.script_loader import script
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.tier2  # second tier: the study runner is first-tier in test_sckm_experiments.py
 def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray_head):
     runner, figures = script("run_hk_experiments"), script("hk_figures")
     args = ["--data", "synthetic", "--profile", "smoke", "--arms", "fedavg,hk-cosine-0.75", "--seeds", "0",

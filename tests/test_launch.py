@@ -179,6 +179,7 @@ def test_unfinished_runs_are_new_folders_with_a_checkpoint_and_no_summary(tmp_pa
     assert app_config(ROOT, 'results-dir="/x/y" seed=3').run.results_dir == "/x/y"
 
 
+@pytest.mark.tier2  # second tier: resume to the same numbers is first-tier (test_e2e_resume.py)
 @pytest.mark.e2e
 def test_a_run_that_loses_its_simulation_process_ends_with_the_resume_command_that_finishes_it(tmp_path):
     """``python -m bouquet.launch`` whose ``flwr-simulation`` process is SIGKILLed after round 1 reports Flower's

@@ -133,7 +133,9 @@ def test_fraction_sampling_is_seeded_too():
 
 def test_evaluation_sampling_is_seeded_sized_and_separate_from_training():
     def evaluated(seed, server_round, grid, fraction=0.2, minimum=1):
-        s = strategy(clients_per_round=5, seed=seed, fraction_evaluate=fraction, min_evaluate_nodes=minimum)
+        # no wait for nodes that never come (the bounded wait has its own tests in test_dropin.py)
+        s = strategy(clients_per_round=5, seed=seed, fraction_evaluate=fraction, min_evaluate_nodes=minimum,
+                     node_wait_seconds=0)
         plan = s.configure_evaluate_round(server_round, ConfigRecord({}), grid)
         assert all(m.content["config"]["server-round"] == server_round for m in plan.messages)
         assert all(m.metadata.message_type == "evaluate" for m in plan.messages)
