@@ -10,6 +10,7 @@ from hypothesis.extra.numpy import arrays
 
 from bouquet.algorithms.kmedoids import kmedoids
 from bouquet.algorithms.sckm import (
+    SketchSums,
     average_cardinality,
     budget_per_cluster,
     elbow_point,
@@ -248,3 +249,57 @@ def test_kmedoids_k1_is_the_most_central_point_and_bad_input():
         kmedoids(d, 4)
     with pytest.raises(ValueError, match="non-negative"):
         kmedoids(-d, 1)
+
+
+def test_sketch_sums_hand_case_gives_eq_9():
+    # eta from the hand case's pairs: client 1 (-0.5 + 3) / 2, client 2 (-0.5 + 0) / 2, client 3 (3 + 0) / 2
+    sums = SketchSums(4, capacity=1)  # grows past its capacity
+    for row in HAND:
+        sums.add(row)
+    np.testing.assert_allclose(sums.eta(), [1.25, -0.25, 1.5], atol=1e-12)
+    np.testing.assert_allclose(sums.p, HAND.sum(axis=0))
+    np.testing.assert_allclose(sums.q, (HAND**2).sum(axis=0))
+    assert sckm_select(sums.sketches, 2, np.random.default_rng(0), eta=sums.eta()).tolist() == [2, 0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(2, 12), st.integers(1, 9)), elements=st.floats(-5, 5)),
+       st.integers(1, 5), st.data())
+def test_sketch_sums_equal_sckm_eta_however_the_sketches_arrive(g, chunk, data):
+    sums = SketchSums(g.shape[1], dtype=np.float64)
+    for start in range(0, len(g), chunk):  # one by one or in blocks, in any chunking
+        sums.add(g[start:start + chunk] if chunk > 1 else g[start])
+    np.testing.assert_allclose(sums.eta(block_rows=data.draw(st.integers(1, 4))), sckm_eta(g), rtol=1e-9,
+                               atol=1e-9)
+    weights = data.draw(arrays(np.float64, g.shape[1], elements=st.floats(0.1, 3)))
+    np.testing.assert_allclose(sums.eta(weights), sckm_eta(g * weights), rtol=1e-9, atol=1e-9)
+    assert np.array_equal(sums.eta(workers=1), sums.eta(workers=3))
+
+
+def test_sketch_sums_layer_rms_gives_the_normalized_weights():
+    g = np.random.default_rng(4).standard_normal((30, 9)) * np.repeat([1.0, 10.0, 0.1], 3)
+    sums = SketchSums(9)
+    sums.add(g)
+    sizes = [2, 4, 3]
+    expected = layer_coordinate_weights(g, sizes, "normalized")
+    rebuilt = np.repeat(np.cbrt(9 / (3 * np.array(sizes, float))) / sums.layer_rms(sizes), sizes)
+    np.testing.assert_allclose(rebuilt, expected, rtol=1e-6)  # the rows are kept in float32
+
+
+def test_sketch_sums_refuse_bad_sketches_and_too_few_clients():
+    sums = SketchSums(3)
+    with pytest.raises(ValueError, match="3 coordinates"):
+        sums.add(np.zeros(4))
+    with pytest.raises(ValueError, match="non-finite"):
+        sums.add(np.array([1.0, np.nan, 0.0]))
+    assert sums.count == 0  # a refused sketch is not counted
+    sums.add(np.ones(3))
+    with pytest.raises(ValueError, match="at least two"):
+        sums.eta()
+    sums.add(np.zeros(3))
+    with pytest.raises(ValueError, match="3 entries"):
+        sums.eta(np.ones(2))
+    with pytest.raises(ValueError, match="at least one coordinate"):
+        SketchSums(0)
+    with pytest.raises(ValueError, match="2 finite scores"):
+        sckm_select(sums.sketches, 1, np.random.default_rng(0), eta=np.array([1.0, np.inf]))

@@ -33,8 +33,8 @@ import numpy as np
 
 from bouquet.algorithms.kmedoids import kmedoids
 
-__all__ = ["LAYER_COMBINE", "ClusterSelection", "average_cardinality", "budget_per_cluster", "elbow_point", "layer_coordinate_weights",
-           "sckm_cluster", "sckm_dissimilarity", "sckm_eta", "sckm_matrix", "sckm_pair", "sckm_select",
+__all__ = ["LAYER_COMBINE", "ClusterSelection", "SketchSums", "average_cardinality", "budget_per_cluster", "elbow_point",
+           "layer_coordinate_weights", "sckm_cluster", "sckm_dissimilarity", "sckm_eta", "sckm_matrix", "sckm_pair", "sckm_select",
            "sketch_indices", "sketch_size"]
 
 #: How per-layer scores combine (see :func:`layer_coordinate_weights`).
@@ -204,6 +204,102 @@ def sckm_eta(sketches: np.ndarray, block_rows: int | None = None, workers: int |
     return eta / (d * (k - 1))
 
 
+class SketchSums:
+    """Eq. (9)'s column sums, kept as sketches arrive, so that every client's eta is one pass at the end.
+
+    :func:`sckm_eta` reads the sketch matrix twice: once for the column sums ``P = sum_k g_k`` and
+    ``Q = sum_k g_k**2``, once for the scores.  A selector that receives sketches one reply at a time
+    can add each to ``P`` and ``Q`` as it comes (:meth:`add`, O(d') per sketch, while the other replies
+    are still on their way); :meth:`eta` is then a single pass.  Layer weights (the per-coordinate
+    factors ``c`` of :func:`layer_coordinate_weights`) need no weighted copy either: eta on ``G * c``
+    is ``sum_i c_i**3 (g_i Q_i + g_i**2 P_i - 2 g_i**3)`` over the raw sums, and the layers' RMS for
+    ``"normalized"`` come from ``Q`` (:meth:`layer_rms`).
+
+    Parameters
+    ----------
+    coordinates : int
+        d', the length of every sketch.
+    capacity : int, optional
+        How many sketches will come (rows are then written into one preallocated matrix); more may be
+        added, at the cost of one copy.
+    dtype : numpy floating dtype
+        How the sketches are kept (float32 halves the memory of float64; the sums are float64 always).
+    """
+
+    def __init__(self, coordinates: int, capacity: int | None = None, dtype: type = np.float32) -> None:
+        if coordinates < 1:
+            raise ValueError(f"sketches need at least one coordinate, got {coordinates}")
+        self.p = np.zeros(coordinates)
+        self.q = np.zeros(coordinates)
+        self._rows = np.empty((max(int(capacity or 0), 1), coordinates), dtype=dtype)
+        self.count = 0
+
+    @property
+    def sketches(self) -> np.ndarray:
+        """The sketches added so far (a view, K x d')."""
+        return self._rows[:self.count]
+
+    def add(self, sketches: np.ndarray) -> None:
+        """Add one sketch (d',) or a block of them (n, d'); refuses non-finite values and other lengths."""
+        block = np.asarray(sketches)
+        block = block[None, :] if block.ndim == 1 else block
+        if block.ndim != 2 or block.shape[1] != self.p.size:
+            raise ValueError(f"a sketch must have {self.p.size} coordinates, got shape {np.shape(sketches)}")
+        wide = block.astype(np.float64, copy=False)
+        if not np.isfinite(wide).all():
+            raise ValueError("sketches contain non-finite values")
+        end = self.count + len(block)
+        if end > len(self._rows):
+            grown = np.empty((max(end, 2 * len(self._rows)), self.p.size), dtype=self._rows.dtype)
+            grown[:self.count] = self._rows[:self.count]
+            self._rows = grown
+        self._rows[self.count:end] = block
+        self.count = end
+        self.p += wide.sum(axis=0)
+        self.q += np.einsum("ij,ij->j", wide, wide)
+
+    def layer_rms(self, layer_sketch_sizes: Sequence[int]) -> np.ndarray:
+        """Each layer's RMS over every sketch added (from ``Q``), as ``"normalized"`` weighting divides by."""
+        bounds = np.concatenate([[0], np.cumsum(layer_sketch_sizes)]).astype(np.int64)
+        return np.array([np.sqrt(self.q[a:b].sum() / (self.count * (b - a))) for a, b in itertools.pairwise(bounds)])
+
+    def eta(self, coordinate_weights: np.ndarray | None = None, block_rows: int | None = None,
+            workers: int | None = None) -> np.ndarray:
+        """Eq. (9) for every sketch added, on ``G * coordinate_weights`` (default: G), in one pass.
+
+        Equal to :func:`sckm_eta` of the (weighted) matrix up to rounding (the sums are added in
+        another order).  Threads and blocks as :func:`sckm_eta`; the result does not depend on
+        ``workers``.
+        """
+        k, d = self.count, self.p.size
+        if k < 2:
+            raise ValueError("eta needs at least two clients")
+        if coordinate_weights is None:
+            linear, quadratic, cubic = self.q, self.p, 2.0
+        else:
+            c3 = np.asarray(coordinate_weights, dtype=np.float64) ** 3
+            if c3.shape != (d,):
+                raise ValueError(f"coordinate weights must have {d} entries, got shape {c3.shape}")
+            linear, quadratic, cubic = c3 * self.q, c3 * self.p, 2.0 * c3
+        rows = block_rows or max(1, 250_000 // d)
+        g = self._rows
+        eta = np.empty(k)
+
+        def scores(start: int) -> None:
+            stop = min(start + rows, k)
+            block = g[start:stop].astype(np.float64, copy=False)
+            inner = block * cubic  # c^3 (P - 2 g) g + c^3 Q, then times g: one pass over the block
+            np.subtract(quadratic, inner, out=inner)
+            inner *= block
+            inner += linear
+            eta[start:stop] = np.einsum("ij,ij->i", inner, block)
+
+        starts = range(0, k, rows)
+        with ThreadPoolExecutor(max(1, min(workers or os.cpu_count() or 1, len(starts)))) as pool:
+            list(pool.map(scores, starts))
+        return eta / (d * (k - 1))
+
+
 def _offdiagonal_range(scores: np.ndarray) -> tuple[float, float]:
     off = scores[~np.eye(len(scores), dtype=bool)]
     return (float(off.min()), float(off.max())) if off.size else (0.0, 1.0)
@@ -272,7 +368,8 @@ def sckm_select(sketches: np.ndarray, budget: int, rng: np.random.Generator,
         Only used for the last tie-break.
     last_round : (K,) array, optional
     eta : (K,) array, optional
-        Precomputed scores (otherwise :func:`sckm_eta`).
+        Scores already computed from ``sketches`` (:func:`sckm_eta`, or :meth:`SketchSums.eta` when they
+        were summed as they arrived); then only their shape is read.
 
     Returns
     -------
@@ -280,13 +377,20 @@ def sckm_select(sketches: np.ndarray, budget: int, rng: np.random.Generator,
         Row indices of the selected clients, best first.
     """
     g = np.asarray(sketches)
-    if not (eta is None and g.ndim == 2 and len(g) > 1):
+    if eta is None and not (g.ndim == 2 and len(g) > 1):
         g = _as_sketches(g)  # else sckm_eta validates G as it reads it, without a whole float64 copy
+    elif eta is not None and (g.ndim != 2 or g.shape[1] < 1):
+        raise ValueError(f"sketches must be a (clients, coordinates) matrix, got shape {g.shape}")
     k = len(g)
     _check_budget(budget, k)
     if k == 1:
         return np.zeros(1, dtype=np.int64)
-    scores = sckm_eta(g) if eta is None else np.asarray(eta, dtype=np.float64)
+    if eta is None:
+        scores = sckm_eta(g)
+    else:  # computed from these sketches (sckm_eta or SketchSums.eta, which validated them)
+        scores = np.asarray(eta, dtype=np.float64)
+        if scores.shape != (k,) or not np.isfinite(scores).all():
+            raise ValueError(f"eta must hold {k} finite scores, one per sketch, got shape {scores.shape}")
     order = np.lexsort((rng.permutation(k), _ages(last_round, k), -scores))
     return order[:budget].astype(np.int64)
 
