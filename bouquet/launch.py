@@ -127,21 +127,22 @@ class LocalSuperLink:
 
 @contextmanager
 def local_superlink(workdir: Path, simulation: bool = True, extra_args: list[str] | None = None,
-                    startup_seconds: float = 60, env: dict[str, str] | None = None) -> Iterator[LocalSuperLink]:
+                    startup_seconds: float = 60, env: dict[str, str] | None = None,
+                    state_database: bool = False) -> Iterator[LocalSuperLink]:
     """Start ``flower-superlink`` on 127.0.0.1 (simulation runtime by default); stop it on exit.
 
-    ``workdir`` receives the ``FLWR_HOME``, the state database and the log.  ``env`` adds variables to
+    ``workdir`` receives the ``FLWR_HOME``, the log and (``state_database``) the state database.  ``env`` adds variables to
     the SuperLink's environment, e.g. ``{"RAY_ADDRESS": "head:6379"}`` so that simulations join an
     existing Ray cluster instead of starting a private one (docs/DEPLOY.md, "Scale-out").  A SIGTERM to
     this (main-thread) process stops the SuperLink too.
     """
     with terminate_as_exit():
-        yield from _superlink(Path(workdir), simulation, extra_args, startup_seconds, env)
+        yield from _superlink(Path(workdir), simulation, extra_args, startup_seconds, env, state_database)
 
 
 def _superlink(workdir: Path, simulation: bool, extra_args: list[str] | None, startup_seconds: float,
-               env: dict[str, str] | None) -> Iterator[LocalSuperLink]:
-    link = start_superlink(workdir, simulation, extra_args, startup_seconds, env)
+               env: dict[str, str] | None, state_database: bool) -> Iterator[LocalSuperLink]:
+    link = start_superlink(workdir, simulation, extra_args, startup_seconds, env, state_database)
     try:
         yield link
     finally:
@@ -157,14 +158,25 @@ def write_connection(flwr_home: Path, port: int) -> None:
 
 
 def start_superlink(workdir: Path, simulation: bool = True, extra_args: list[str] | None = None,
-                    startup_seconds: float = 60, env: dict[str, str] | None = None) -> LocalSuperLink:
-    """Start ``flower-superlink`` on 127.0.0.1 in ``workdir`` and wait until it listens; the caller stops it."""
+                    startup_seconds: float = 60, env: dict[str, str] | None = None,
+                    state_database: bool = False) -> LocalSuperLink:
+    """Start ``flower-superlink`` on 127.0.0.1 in ``workdir`` and wait until it listens; the caller stops it.
+
+    The SuperLink keeps its state in memory (Flower's default) unless ``state_database``, then in
+    ``workdir/state.db`` (SQLite).  In memory is what local runs need (bouquet's checkpoints, not Flower's
+    state, carry a resume), and it closes the door to "No heartbeat received from the task": with the SQLite
+    state, any write that waits more than SQLite's busy timeout (5 s) answers HTTP 500, and Flower 1.42's
+    heartbeat thread ends on the first 500 it gets, so the run is failed up to 60 s later
+    (docs/RELIABILITY.md; ``scripts/heartbeat_probe.py --state-database --lock-db-at``).
+    """
     workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
     flwr_home = workdir / "flwr-home"
     port = free_port()
     write_connection(flwr_home, port)
     command = [flower_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(port),
-               "--database", str(workdir / "state.db"), "--disable-runtime-dependency-installation"]
+               *(["--database", str(workdir / "state.db")] if state_database else []),
+               "--disable-runtime-dependency-installation"]
     if simulation:
         command.append("--simulation")
     command += extra_args or []

@@ -7,8 +7,8 @@ leaves them running; every later ``python -m bouquet.launch``, experiment runner
 ServerApp, ClientApp actors and results folder, so a run that joins gives the numbers of a cold run.
 
 The runtime lives in a folder (``$BOUQUET_RUNTIME_DIR``, default ``~/.cache/bouquet/runtime``) holding
-``runtime.json`` (PIDs and ports), the logs, the SuperLink's ``FLWR_HOME`` and state database, and Ray's
-session files.  ``runtime.lock`` serialises ``--up`` / ``--down`` / joining, so two launches racing to start
+``runtime.json`` (PIDs and ports), the logs, the SuperLink's ``FLWR_HOME`` and Ray's session files (the SuperLink
+keeps its state in memory).  ``runtime.lock`` serialises ``--up`` / ``--down`` / joining, so two launches racing to start
 it start one.  A runtime whose SuperLink or Ray head died is *stale*: whatever is left of it is stopped by PID
 and the state removed before a new one starts.
 """
@@ -183,10 +183,12 @@ class WarmRuntime:
         except RuntimeError:
             return None
 
-    def up(self, num_cpus: int | None = None, startup_seconds: float = 120) -> tuple[RuntimeState, str]:
+    def up(self, num_cpus: int | None = None, startup_seconds: float = 120,
+           state_database: bool = False) -> tuple[RuntimeState, str]:
         """Start the runtime unless a healthy one runs; returns its state and a line saying what happened.
 
-        A stale one (a process gone) is cleaned away first, and the line says why.
+        A stale one (a process gone) is cleaned away first, and the line says why.  The SuperLink keeps its
+        state in memory unless ``state_database`` (see :func:`bouquet.launch.start_superlink`).
         """
         from bouquet.launch import start_superlink
 
@@ -205,7 +207,7 @@ class WarmRuntime:
             ray = RayHead(self.folder / "ray-head.log", num_cpus=num_cpus, startup_seconds=startup_seconds)
             try:
                 link = start_superlink(self.folder / "superlink", env={"RAY_ADDRESS": ray.address},
-                                       startup_seconds=startup_seconds)
+                                       startup_seconds=startup_seconds, state_database=state_database)
             except BaseException:
                 ray.stop()
                 raise
