@@ -98,8 +98,12 @@ def warm_runtime(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ray_head(warm_runtime):
-    """The session's Ray head (its ``address``)."""
-    return SimpleNamespace(address=warm_runtime.ray_address, port=warm_runtime.ray_port)
+    """The session's Ray head: its ``address``, ``port``, session folder ``temp_dir`` and whether it ``alive()``."""
+    from bouquet.runtime import pid_alive
+
+    return SimpleNamespace(address=warm_runtime.ray_address, port=warm_runtime.ray_port,
+                           temp_dir=Path(warm_runtime.ray_temp_dir),
+                           alive=lambda: pid_alive(warm_runtime.ray_pid, "ray"))
 
 
 @pytest.fixture(scope="session")
