@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import pathspec
 
 from bouquet.processes import (
+    LOOPBACK_RAY,
     check_ray_address,
     flower_bin,
     flwr,
@@ -128,21 +129,22 @@ class LocalSuperLink:
 @contextmanager
 def local_superlink(workdir: Path, simulation: bool = True, extra_args: list[str] | None = None,
                     startup_seconds: float = 60, env: dict[str, str] | None = None,
-                    state_database: bool = False) -> Iterator[LocalSuperLink]:
+                    state_database: bool = False, ray_loopback: bool = True) -> Iterator[LocalSuperLink]:
     """Start ``flower-superlink`` on 127.0.0.1 (simulation runtime by default); stop it on exit.
 
     ``workdir`` receives the ``FLWR_HOME``, the log and (``state_database``) the state database.  ``env`` adds variables to
     the SuperLink's environment, e.g. ``{"RAY_ADDRESS": "head:6379"}`` so that simulations join an
-    existing Ray cluster instead of starting a private one (docs/DEPLOY.md, "Scale-out").  A SIGTERM to
-    this (main-thread) process stops the SuperLink too.
+    existing Ray cluster instead of starting a private one (docs/DEPLOY.md, "Scale-out").  ``ray_loopback``: see
+    :func:`start_superlink`.  A SIGTERM to this (main-thread) process stops the SuperLink too.
     """
     with terminate_as_exit():
-        yield from _superlink(Path(workdir), simulation, extra_args, startup_seconds, env, state_database)
+        yield from _superlink(Path(workdir), simulation, extra_args, startup_seconds, env, state_database,
+                              ray_loopback)
 
 
 def _superlink(workdir: Path, simulation: bool, extra_args: list[str] | None, startup_seconds: float,
-               env: dict[str, str] | None, state_database: bool) -> Iterator[LocalSuperLink]:
-    link = start_superlink(workdir, simulation, extra_args, startup_seconds, env, state_database)
+               env: dict[str, str] | None, state_database: bool, ray_loopback: bool) -> Iterator[LocalSuperLink]:
+    link = start_superlink(workdir, simulation, extra_args, startup_seconds, env, state_database, ray_loopback)
     try:
         yield link
     finally:
@@ -159,7 +161,7 @@ def write_connection(flwr_home: Path, port: int) -> None:
 
 def start_superlink(workdir: Path, simulation: bool = True, extra_args: list[str] | None = None,
                     startup_seconds: float = 60, env: dict[str, str] | None = None,
-                    state_database: bool = False) -> LocalSuperLink:
+                    state_database: bool = False, ray_loopback: bool = True) -> LocalSuperLink:
     """Start ``flower-superlink`` on 127.0.0.1 in ``workdir`` and wait until it listens; the caller stops it.
 
     The SuperLink keeps its state in memory (Flower's default) unless ``state_database``, then in
@@ -168,6 +170,10 @@ def start_superlink(workdir: Path, simulation: bool = True, extra_args: list[str
     state, any write that waits more than SQLite's busy timeout (5 s) answers HTTP 500, and Flower 1.42's
     heartbeat thread ends on the first 500 it gets, so the run is failed up to 60 s later
     (docs/RELIABILITY.md; ``scripts/heartbeat_probe.py --state-database --lock-db-at``).
+
+    ``ray_loopback`` (the default) keeps the Ray of its simulations on 127.0.0.1 (:data:`LOOPBACK_RAY`): the
+    private Ray a simulation starts, or a head started the same way (:class:`bouquet.runtime.RayHead`).  Turn
+    it off only to join a multi-node Ray cluster (``RAY_ADDRESS`` of a head on a network address).
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -181,7 +187,8 @@ def start_superlink(workdir: Path, simulation: bool = True, extra_args: list[str
         command.append("--simulation")
     command += extra_args or []
     log = workdir / "superlink.log"
-    link = LocalSuperLink(start(command, log, {**offline_env(flwr_home), **(env or {})}), port, flwr_home)
+    environment = {**offline_env(flwr_home), **(LOOPBACK_RAY if ray_loopback else {}), **(env or {})}
+    link = LocalSuperLink(start(command, log, environment), port, flwr_home)
     try:
         wait_until(lambda: port_open(port), link.process, log, startup_seconds,
                    f"flower-superlink on 127.0.0.1:{port}")
@@ -214,7 +221,8 @@ def run_superlink(workdir: Path, ray_address: str | None = None, cold: bool = Fa
     ray = RayHead(Path(workdir) / "ray-head.log") if shared_ray and ray_address is None else None
     try:
         address = ray.address if ray is not None else ray_address
-        with local_superlink(Path(workdir), env={"RAY_ADDRESS": address} if address else None) as link:
+        with local_superlink(Path(workdir), env={"RAY_ADDRESS": address} if address else None,
+                             ray_loopback=ray_address is None) as link:
             ray_note = (f", Ray head {address} (pid {ray.process.pid}) for these runs" if ray is not None
                         else f", Ray {address}" if address else "")
             yield link, f"private SuperLink on 127.0.0.1:{link.port} (pid {link.process.pid}){ray_note}"

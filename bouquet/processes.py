@@ -7,6 +7,7 @@ own log, and is stopped by PID (its whole process group), gently first.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import signal
@@ -17,10 +18,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["check_ray_address", "flower_bin", "flwr", "free_port", "offline_env", "port_open", "start", "stop",
-           "terminate_as_exit", "wait_until"]
+__all__ = ["LOOPBACK_RAY", "Listener", "check_ray_address", "flower_bin", "flwr", "free_port", "listening_sockets",
+           "offline_env", "port_open", "start", "stop", "terminate_as_exit", "wait_until"]
+
+#: Environment that keeps a Ray started on (or joining) this machine on 127.0.0.1.  Ray 2.55 turns
+#: ``--node-ip-address 127.0.0.1`` into the machine's own address, and its gRPC servers (GCS, raylet, every
+#: worker) then listen on all interfaces; with Ray's multi-node mode off it takes 127.0.0.1 as the node's
+#: address and binds every service there (what Ray does by default on macOS and Windows).  A second Ray node
+#: cannot join such a head: multi-node Ray is an explicit opt-in (docs/DEPLOY.md, "Scale-out").
+LOOPBACK_RAY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
 def free_port() -> int:
@@ -108,6 +117,66 @@ def descendants(root: int) -> list[int]:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - below
         below |= frontier
     return sorted(below)
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A TCP socket that a process listens on."""
+
+    pid: int
+    command: str
+    address: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        """Whether only this machine can connect (127.0.0.0/8, ``::1``, or IPv4-mapped 127.x)."""
+        address = ipaddress.ip_address(self.address)
+        mapped = getattr(address, "ipv4_mapped", None)
+        return (mapped or address).is_loopback
+
+
+def _socket_address(hex_address: str) -> tuple[str, int]:
+    """``/proc/net/tcp{,6}``'s ``ADDR:PORT`` (hexadecimal, the address in host byte order per 32-bit word)."""
+    address, port = hex_address.split(":")
+    raw = bytes.fromhex(address)
+    ip = ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (f"::ffff:{mapped}" if mapped else str(ip)), int(port, 16)
+
+
+def listening_sockets(pids: list[int]) -> list[Listener]:
+    """The TCP sockets in LISTEN state that the processes ``pids`` hold, read from Linux ``/proc``.
+
+    A socket is matched to a process by its inode (``/proc/PID/fd`` links ``socket:[INODE]``); a process
+    that is gone or not ours to read is passed over.  Empty where there is no ``/proc``.
+    """
+    listeners: list[Listener] = []
+    for pid in pids:
+        folder = Path("/proc") / str(pid)
+        inodes = set()
+        try:
+            descriptors = list((folder / "fd").iterdir())
+        except OSError:
+            continue
+        for descriptor in descriptors:
+            try:
+                target = os.readlink(descriptor)
+            except OSError:  # closed meanwhile
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+        for table in ("tcp", "tcp6"):
+            try:
+                rows = (folder / "net" / table).read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                fields = row.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: TCP_LISTEN
+                    address, port = _socket_address(fields[1])
+                    listeners.append(Listener(pid, command_line(pid), address, port))
+    return listeners
 
 
 def command_line(pid: int) -> str:

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bouquet.processes import command_line, free_port, port_open, start, wait_until
+from bouquet.processes import LOOPBACK_RAY, command_line, free_port, port_open, start, wait_until
 
 __all__ = ["RayHead", "RuntimeState", "WarmRuntime", "default_runtime_dir", "stop_pid"]
 
@@ -83,16 +83,20 @@ def stop_pid(pid: int, name: str, grace: float = 20) -> bool:
 class RayHead:
     """A ``ray start --head --block`` process on 127.0.0.1, its session files under a short temporary folder.
 
-    No dashboard and no usage stats.  ``num_cpus`` is what Ray hands out to ClientApp actors.
+    No dashboard and no usage stats.  ``num_cpus`` is what Ray hands out to ClientApp actors.  With
+    ``loopback`` (the default) every Ray service binds 127.0.0.1 (:data:`bouquet.processes.LOOPBACK_RAY`) and no
+    other node can join; ``loopback=False`` is the head of a multi-node cluster, whose services Ray 2.55 binds
+    on all interfaces (docs/DEPLOY.md, "Scale-out", for the firewall).
     """
 
-    def __init__(self, log: Path, num_cpus: int | None = None, startup_seconds: float = 120) -> None:
+    def __init__(self, log: Path, num_cpus: int | None = None, startup_seconds: float = 120,
+                 loopback: bool = True) -> None:
         self.port = free_port()
         self.temp_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # Ray's socket paths must stay short
         command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address",
                    "127.0.0.1", "--port", str(self.port), "--num-cpus", str(num_cpus or os.cpu_count() or 1),
                    "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(self.temp_dir)]
-        self.process = start(command, Path(log), dict(os.environ))
+        self.process = start(command, Path(log), {**os.environ, **(LOOPBACK_RAY if loopback else {})})
         try:
             wait_until(lambda: bool(list(self.temp_dir.glob("session_*/logs/raylet.out"))), self.process, Path(log),
                        startup_seconds, f"ray head on 127.0.0.1:{self.port}")

@@ -28,7 +28,7 @@ def actors_under(raylets: dict[str, int], seen: dict[str, set[int]], stop: threa
 
 @pytest.mark.tier2  # second tier: every first-tier simulation joins an existing Ray head; two nodes are an opt-in
 def test_a_simulation_places_its_clients_on_both_nodes_of_a_two_node_ray_cluster(tmp_path):
-    head = RayHead(tmp_path / "head.log", num_cpus=1)
+    head = RayHead(tmp_path / "head.log", num_cpus=1, loopback=False)  # multi-node: an opt-in
     node = None
     try:
         node = RayNode(head, tmp_path / "node.log", num_cpus=1)
@@ -47,7 +47,8 @@ def test_a_simulation_places_its_clients_on_both_nodes_of_a_two_node_ray_cluster
         sampler = threading.Thread(target=actors_under, args=(raylets, hosts, stop))
         sampler.start()
         try:
-            with local_superlink(tmp_path / "superlink", env={"RAY_ADDRESS": head.address}) as link:
+            with local_superlink(tmp_path / "superlink", env={"RAY_ADDRESS": head.address},
+                                 ray_loopback=False) as link:
                 done = link.flwr_run(ROOT / "tests" / "foreign_app",
                                      federation_config="num-supernodes=4 client-resources-num-cpus=1")
         finally:

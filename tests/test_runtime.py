@@ -4,12 +4,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from bouquet.processes import Listener, descendants, listening_sockets
 from bouquet.results import RunFolder
 from bouquet.runtime import WarmRuntime, pid_alive, stop_pid
 
@@ -51,11 +53,43 @@ def test_stop_pid_stops_only_the_named_program_and_its_group(tmp_path):
 RUN = 'forecaster="paper" num-server-rounds=2 clients-per-round=4 seed=3'
 
 
-def _run(runtime_dir: Path, results: Path, name: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
-    done = launch(".", "--supernodes", "4", "--runtime-dir", str(runtime_dir), *extra,
-                  "--run-config", f'{RUN} results-dir="{results}" run-name="{name}"')
+def _run(runtime_dir: Path, results: Path, name: str, *extra: str,
+         listeners: set[Listener] | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+    """One ``python -m bouquet.launch`` run; ``listeners`` collects, every 0.2 s while it runs, the listening
+    sockets of every process below it and below the warm runtime's SuperLink and Ray head (if one is up)."""
+    command = [sys.executable, "-m", "bouquet.launch", ".", "--supernodes", "4", "--runtime-dir", str(runtime_dir),
+               *extra, "--run-config", f'{RUN} results-dir="{results}" run-name="{name}"']
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    finished = threading.Event()
+
+    def sample() -> None:
+        record = runtime_dir / "runtime.json"
+        while not finished.is_set():
+            state = json.loads(record.read_text()) if record.exists() else {}
+            roots = [process.pid, *(state.get(key, 0) for key in ("superlink_pid", "ray_pid"))]
+            pids = {pid for root in roots if root > 0 for pid in [root, *descendants(root)]}
+            listeners.update(listening_sockets(sorted(pids)))
+            finished.wait(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    if listeners is not None:
+        sampler.start()
+    try:
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        finished.set()
+        process.kill()
+    if listeners is not None:
+        sampler.join()
+    done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done, RunFolder(results / name).summary()
+
+
+def _programs(listeners: set[Listener]) -> set[str]:
+    """Which kinds of process were seen listening."""
+    kinds = ("gcs_server", "raylet", "ray::ClientAppActor", "flwr-simulation", "flower-superlink")
+    return {kind for kind in kinds for listener in listeners if kind in listener.command}
 
 
 @pytest.mark.e2e
@@ -73,12 +107,23 @@ def test_racing_ups_start_one_runtime_that_runs_join_with_cold_numbers_and_a_sta
         status = launch("--status", "--runtime-dir", str(runtime_dir))
         assert f"warm runtime in {runtime_dir}: up" in status.stdout
 
-        warm, warm_summary = _run(runtime_dir, tmp_path / "results", "warm")
+        warm_listeners: set[Listener] = set()
+        warm, warm_summary = _run(runtime_dir, tmp_path / "results", "warm", listeners=warm_listeners)
         assert f"joining the warm runtime: SuperLink 127.0.0.1:{state['superlink_port']}" in warm.stdout
-        cold, cold_summary = _run(runtime_dir, tmp_path / "results", "cold", "--cold")
+        cold_listeners: set[Listener] = set()
+        cold, cold_summary = _run(tmp_path / "no-runtime", tmp_path / "results", "cold", "--cold",
+                                  listeners=cold_listeners)
         assert "private SuperLink" in cold.stdout and "joining" not in cold.stdout
         for key in ("mae-litres-mean", "mae-litres-std", "mse-mean"):  # same seed, same numbers, warm or cold
             assert warm_summary[key] == cold_summary[key], key
+        # nothing a local run starts listens beyond loopback: the warm runtime's processes and a cold run's
+        # (its SuperLink, and the private Ray its simulation starts), each seen while it runs
+        for listeners in (warm_listeners, cold_listeners):
+            assert _programs(listeners) == {"gcs_server", "raylet", "ray::ClientAppActor", "flwr-simulation",
+                                            "flower-superlink"}, sorted(listeners, key=str)
+            exposed = sorted(f"{item.address}:{item.port} {item.command[:60]}" for item in listeners
+                             if not item.loopback)
+            assert not exposed, exposed
 
         os.kill(state["superlink_pid"], 9)  # a stale runtime: its SuperLink killed
         deadline = time.monotonic() + 30
@@ -95,3 +140,31 @@ def test_racing_ups_start_one_runtime_that_runs_join_with_cold_numbers_and_a_sta
     assert down.returncode == 0 and "stopped SuperLink" in down.stdout, down.stdout + down.stderr
     assert not pid_alive(fresh["superlink_pid"], "flower-superlink") and not pid_alive(fresh["ray_pid"], "ray")
     assert not (runtime_dir / "runtime.json").exists()
+
+
+@pytest.mark.parametrize(("table_entry", "address", "port", "loopback"), [
+    ("0100007F:1F90", "127.0.0.1", 8080, True),  # /proc/net/tcp: each 32-bit word in host (little-endian) order
+    ("0101007F:0050", "127.0.1.1", 80, True),
+    ("00000000:0050", "0.0.0.0", 80, False),
+    ("020200C0:2711", "192.0.2.2", 10001, False),
+    ("00000000000000000000000001000000:0016", "::1", 22, True),  # /proc/net/tcp6
+    ("00000000000000000000000000000000:1F90", "::", 8080, False),
+    ("0000000000000000FFFF00000100007F:2711", "::ffff:127.0.0.1", 10001, True),
+    ("0000000000000000FFFF0000020200C0:2711", "::ffff:192.0.2.2", 10001, False),
+])
+def test_proc_net_addresses_are_read_and_classed_by_hand(table_entry, address, port, loopback):
+    from bouquet.processes import _socket_address
+    assert _socket_address(table_entry) == (address, port)
+    assert Listener(1, "x", address, port).loopback is loopback
+
+
+def test_listening_sockets_finds_this_process_listening_on_loopback_and_not_a_connected_socket():
+    import socket
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client.connect(server.getsockname())
+        found = [item for item in listening_sockets([os.getpid()]) if item.port == server.getsockname()[1]]
+        assert [(item.address, item.loopback) for item in found] == [("127.0.0.1", True)]
+        assert client.getsockname()[1] not in {item.port for item in listening_sockets([os.getpid()])}
+    assert listening_sockets([2 ** 22 + 12345]) == []  # a PID that does not exist: passed over
