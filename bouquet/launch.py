@@ -26,6 +26,7 @@ from bouquet.processes import (
     flower_bin,
     flwr,
     free_port,
+    loopback_ray_head,
     offline_env,
     port_open,
     start,
@@ -222,7 +223,7 @@ def run_superlink(workdir: Path, ray_address: str | None = None, cold: bool = Fa
     try:
         address = ray.address if ray is not None else ray_address
         with local_superlink(Path(workdir), env={"RAY_ADDRESS": address} if address else None,
-                             ray_loopback=ray_address is None) as link:
+                             ray_loopback=ray_address is None or loopback_ray_head(ray_address)) as link:
             ray_note = (f", Ray head {address} (pid {ray.process.pid}) for these runs" if ray is not None
                         else f", Ray {address}" if address else "")
             yield link, f"private SuperLink on 127.0.0.1:{link.port} (pid {link.process.pid}){ray_note}"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["LOOPBACK_RAY", "Listener", "check_ray_address", "flower_bin", "flwr", "free_port", "listening_sockets",
-           "offline_env", "port_open", "start", "stop", "terminate_as_exit", "wait_until"]
+           "loopback_ray_head", "offline_env", "port_open", "start", "stop", "terminate_as_exit", "wait_until"]
 
 #: Environment that keeps a Ray started on (or joining) this machine on 127.0.0.1.  Ray 2.55 turns
 #: ``--node-ip-address 127.0.0.1`` into the machine's own address, and its gRPC servers (GCS, raylet, every
@@ -166,17 +166,38 @@ def listening_sockets(pids: list[int]) -> list[Listener]:
                 continue
             if target.startswith("socket:["):
                 inodes.add(target[8:-1])
-        for table in ("tcp", "tcp6"):
-            try:
-                rows = (folder / "net" / table).read_text().splitlines()[1:]
-            except OSError:
-                continue
-            for row in rows:
-                fields = row.split()
-                if fields[3] == "0A" and fields[9] in inodes:  # 0A: TCP_LISTEN
-                    address, port = _socket_address(fields[1])
-                    listeners.append(Listener(pid, command_line(pid), address, port))
+        listeners += [Listener(pid, command_line(pid), address, port)
+                      for inode, address, port in _listen_rows() if inode in inodes]
     return listeners
+
+
+def _listen_rows() -> Iterator[tuple[str, str, int]]:
+    """``(inode, address, port)`` of every TCP socket in LISTEN state this process can see in ``/proc/net``."""
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = (Path("/proc/net") / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A":  # 0A: TCP_LISTEN
+                address, port = _socket_address(fields[1])
+                yield fields[9], address, port
+
+
+def loopback_ray_head(address: str) -> bool:
+    """Whether the Ray head at ``address`` (``host:port``) runs on this machine in loopback mode.
+
+    A head started with :data:`LOOPBACK_RAY` binds its GCS port on 127.0.0.1 only; a process joining it (a
+    simulation's driver) needs the same environment, or Ray looks for the head's node under the machine's own
+    address and never finds it.  A multi-node head binds its GCS port on all interfaces (``0.0.0.0`` / ``::``),
+    and a head on another host is multi-node by definition: both are False.  False where there is no ``/proc``.
+    """
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if host not in ("127.0.0.1", "localhost", "::1", "[::1]") or not port.isdigit():
+        return False
+    bound = [Listener(0, "", where, int(port)) for _, where, at in _listen_rows() if at == int(port)]
+    return bool(bound) and all(listener.loopback for listener in bound)
 
 
 def command_line(pid: int) -> str:

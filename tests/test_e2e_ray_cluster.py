@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bouquet.launch import local_superlink
-from bouquet.processes import command_line, descendants
+from bouquet.processes import command_line, descendants, loopback_ray_head
 from bouquet.runtime import RayHead
 from tests.conftest import RayNode, raylet_of
 
@@ -33,6 +33,7 @@ def test_a_simulation_places_its_clients_on_both_nodes_of_a_two_node_ray_cluster
     try:
         node = RayNode(head, tmp_path / "node.log", num_cpus=1)
         raylets = {"head": raylet_of(head.process.pid), "second": node.raylet_pid()}
+        assert not loopback_ray_head(head.address)  # its GCS listens on every interface: joined without LOOPBACK_RAY
         assert None not in raylets.values() and len(set(raylets.values())) == 2, raylets
         deadline = time.monotonic() + 90
         while True:  # Ray's own view: the cluster's CPUs are the head's 1 + the second node's 1

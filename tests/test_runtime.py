@@ -168,3 +168,18 @@ def test_listening_sockets_finds_this_process_listening_on_loopback_and_not_a_co
         assert [(item.address, item.loopback) for item in found] == [("127.0.0.1", True)]
         assert client.getsockname()[1] not in {item.port for item in listening_sockets([os.getpid()])}
     assert listening_sockets([2 ** 22 + 12345]) == []  # a PID that does not exist: passed over
+
+
+def test_a_ray_head_is_loopback_only_when_its_port_listens_on_loopback_alone(ray_head):
+    import socket
+
+    from bouquet.processes import free_port, loopback_ray_head
+    assert loopback_ray_head(ray_head.address)  # the session's head: started with LOOPBACK_RAY
+    assert loopback_ray_head(f"ray://{ray_head.address}")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        assert loopback_ray_head(f"localhost:{server.getsockname()[1]}")
+    assert not loopback_ray_head(f"127.0.0.1:{free_port()}")  # nothing listens there
+    assert not loopback_ray_head("10.1.2.3:6379")  # another host: a multi-node cluster
+    assert not loopback_ray_head("auto")
