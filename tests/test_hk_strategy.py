@@ -5,7 +5,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord
 
 from bouquet.strategies import HKFedAvg, TrajectoryWriter
-from bouquet.strategies.arrays import FlatLayout, array_view, stack_records, to_numpy
+from bouquet.strategies.arrays import FlatLayout, all_finite, array_view, stack_records, to_numpy
 from bouquet.strategies.rounds import TrainRound
 from tests.flower_fakes import ListObserver, ListRecorder, arrays, reply
 
@@ -159,6 +159,36 @@ def test_array_view_leaves_pickled_and_foreign_arrays_to_flower():
         array_view(foreign)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+def test_all_finite_says_what_isfinite_says_for_any_values(dtype):
+    rng = np.random.default_rng(5)
+    big = np.finfo(dtype).max if np.issubdtype(dtype, np.floating) else 7  # squares overflow: the exact check
+    cases = [np.zeros(0), np.zeros(3), rng.standard_normal(1000), np.array([big, -big, 1.0]),
+             np.array([1.0, np.nan]), np.array([np.inf, 1.0]), np.array([-np.inf, np.inf]), np.array([1e-30, 0.0]),
+             rng.standard_normal((7, 5)).T]  # not contiguous
+    for values in cases:
+        values = np.asarray(values).astype(dtype) if np.issubdtype(dtype, np.floating) or np.isfinite(values).all() \
+            else np.asarray(values)
+        assert all_finite(values) == bool(np.isfinite(values).all()), values
+
+
+def test_has_direction_equals_a_positive_sum_of_squares_row_by_row():
+    from bouquet.strategies.aggregation import _has_direction, _row_squares
+    rng = np.random.default_rng(6)
+    for dtype in (np.float32, np.float64):
+        matrix = rng.standard_normal((9, 3000)).astype(dtype)
+        matrix[1] = 0.0  # all zero
+        matrix[2, :] = 0.0
+        matrix[2, 2500] = 0.5  # zero prefix, a value later
+        matrix[3] = 1e-30  # squares underflow in float32: no direction there, as the sum of squares says
+        matrix[4, :1024] = 1e-20  # small prefix, a normal value later
+        matrix[4, 2999] = -2.0
+        matrix[5] = np.where(np.arange(3000) % 2, 1e-18, 0.0)  # at the bound
+        assert np.array_equal(_has_direction(matrix), _row_squares(matrix) > 0), dtype
+        assert np.array_equal(_has_direction(matrix, prefix=5), _row_squares(matrix) > 0), dtype
+    assert _has_direction(np.zeros((2, 10))).tolist() == [False, False]
+
+
 def test_updates_opinion_space_groups_by_direction_of_change():
     # all weights nearly collinear (cos ~ 1: one coalition on weights); updates point two ways
     sent = model([10.0], [10.0])
@@ -175,3 +205,17 @@ def test_updates_opinion_space_groups_by_direction_of_change():
     np.testing.assert_allclose(result["w"].numpy(), [(11.05 + 10 + 10) / 3], rtol=1e-6)
     with pytest.raises(ValueError, match="opinion_space"):
         HKFedAvg(opinion_space="gradients")
+
+
+@pytest.mark.parametrize("threshold", [0, 2 ** 62])  # several threads for any size / one thread
+def test_stacking_writes_each_models_arrays_into_its_row_with_any_number_of_threads(monkeypatch, threshold):
+    from bouquet.strategies import arrays
+
+    monkeypatch.setattr(arrays, "_PARALLEL_STACK_BYTES", threshold)
+    rng = np.random.default_rng(3)
+    models = [{"b": rng.standard_normal(3), "w": rng.standard_normal((2, 4)).astype(np.float32)} for _ in range(11)]
+    matrix, layout = arrays.stack_models(models)
+    assert matrix.dtype == np.float32 and matrix.shape == (11, 11)
+    expected = np.stack([np.concatenate([m["b"].astype(np.float32), m["w"].reshape(-1)]) for m in models])
+    assert np.array_equal(matrix, expected)
+    assert layout.unflatten(matrix[4], models[0])["w"].tolist() == models[4]["w"].tolist()

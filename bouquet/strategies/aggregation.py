@@ -42,6 +42,20 @@ def _row_squares(matrix: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", matrix, matrix)
 
 
+def _has_direction(matrix: np.ndarray, prefix: int = 1024) -> np.ndarray:
+    """Per row: ``_row_squares(matrix) > 0``, mostly without reading the row.
+
+    A row with a value of magnitude >= 1e-18 among its first ``prefix`` columns has a positive sum of
+    squares (that value's square is a normal number even in float32, and adding squares never cancels it);
+    only the other rows (a trained model's rarely) are summed whole.
+    """
+    settled = np.any(np.abs(matrix[:, :prefix]) >= 1e-18, axis=1)
+    rest = np.flatnonzero(~settled)
+    if rest.size:
+        settled[rest] = _row_squares(matrix[rest]) > 0
+    return settled
+
+
 class Aggregator(Protocol):
     """Turns a round's updates into the next model (a part of :class:`bouquet.strategies.BouquetStrategy`)."""
 
@@ -173,7 +187,7 @@ class Coalitions:
     def aggregate(self, updates: ClientUpdates) -> Aggregate:
         matrix, layout = updates.stacked
         template = updates.models[0]
-        nonzero = _row_squares(matrix) > 0
+        nonzero = _has_direction(matrix)
         kept = updates
         if not nonzero.all():  # copy the matrix only when a row must go
             for node in np.asarray(updates.node_ids, dtype=np.uint64)[~nonzero]:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-__all__ = ["FlatLayout", "Model", "array_view", "compute_dtype", "stack_models", "stack_records", "to_numpy", "to_record"]
+__all__ = ["FlatLayout", "Model", "all_finite", "array_view", "compute_dtype", "stack_models", "stack_records",
+           "to_numpy", "to_record"]
 
 #: A model: array name -> value, in the order of the record it came from.
 Model = Mapping[str, np.ndarray]
@@ -137,14 +140,44 @@ def compute_dtype(model: Model) -> np.dtype:
     return np.result_type(np.float32, *floating)
 
 
+def all_finite(array: np.ndarray) -> bool:
+    """Whether every value of ``array`` is finite (what ``np.isfinite(array).all()`` says), read once.
+
+    For float32 / float64, one BLAS dot product of the values with themselves: it is finite exactly when
+    every value is and the sum of squares does not overflow; only when it is not finite (a NaN, an
+    infinity, or values above ~1e19 in float32) is the element-wise check run to tell which.  The
+    element-wise check writes a boolean array as large as the values and reads it again.
+    """
+    values = np.asarray(array)
+    if values.dtype in (np.float32, np.float64) and values.size:
+        flat = values.reshape(-1)
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow only sends it to the exact check
+            if np.isfinite(np.dot(flat, flat)):
+                return True
+    return bool(np.isfinite(values).all())
+
+
+#: Stacked matrices from this size on are written by several threads (each row by one; the same bytes).
+_PARALLEL_STACK_BYTES = 64 * 2 ** 20
+
+
 def stack_models(models: Sequence[Model], dtype: np.dtype = np.float32) -> tuple[np.ndarray, FlatLayout]:
     """Rows = the flattened floating arrays of each model (all must share the first one's layout)."""
     layout = FlatLayout.of(models[0])
     matrix = np.empty((len(models), layout.size), dtype=dtype)
     bounds = layout.bounds
-    for row, model in enumerate(models):  # each array written once, straight into its slice of the row
-        for name, start, stop in zip(layout.names, bounds, bounds[1:]):
-            matrix[row, start:stop] = np.asarray(model[name]).reshape(-1)
+
+    def write(rows: range) -> None:  # each array written once, straight into its slice of the row
+        for row in rows:
+            for name, start, stop in zip(layout.names, bounds, bounds[1:]):
+                matrix[row, start:stop] = np.asarray(models[row][name]).reshape(-1)
+
+    workers = min(os.cpu_count() or 1, len(models), 8) if matrix.nbytes >= _PARALLEL_STACK_BYTES else 1
+    if workers <= 1:
+        write(range(len(models)))
+    else:  # numpy's copies release the GIL: the rows' pages are touched and filled by several cores at once
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(write, [range(w, len(models), workers) for w in range(workers)]))
     return matrix, layout
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, Message
 
-from bouquet.strategies.arrays import Model, to_numpy
+from bouquet.strategies.arrays import Model, all_finite, to_numpy
 from bouquet.strategies.rounds import ClientUpdates
 
 __all__ = ["client_rows", "identity_of", "model_record", "screen_replies", "usable_updates"]
@@ -64,7 +64,7 @@ def _check(msg: Message, reference: Model | None, arrayrecord_key: str,
         metrics = next(iter(msg.content.metric_records.values()), None)
         if metrics is None or weighted_by_key not in metrics or isinstance(metrics[weighted_by_key], list):
             return f"no {weighted_by_key!r} value in its MetricRecord"
-    bad = [name for name, a in model.items() if np.issubdtype(a.dtype, np.number) and not np.isfinite(a).all()]
+    bad = [name for name, a in model.items() if np.issubdtype(a.dtype, np.number) and not all_finite(a)]
     if bad:
         return f"non-finite values in {bad}"
     return model
