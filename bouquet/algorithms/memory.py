@@ -1,0 +1,242 @@
+"""Coalition memory: evidence about which clients belong together, accumulated across rounds.
+
+The HK paper forms each round's coalitions (eq. 10-14) from that round's models alone.  With small local
+training, one round's update cosines separate groups only on average (rotated digits: median 0.25 within a
+group, 0.05 between, widely overlapping), and once a group's model has converged its clients' updates are
+mostly noise, so per-round coalitions form late and later dissolve (docs/RESULTS.md, "Known groups").
+
+:class:`PairEvidence` keeps, for every pair of clients ever sampled together, a decayed running mean of the
+cosine of their opinions (updates or weights), updated only in the rounds where *both* took part::
+
+    s_ij <- lambda s_ij + c_ij,    n_ij <- lambda n_ij + 1,    E_ij = s_ij / n_ij
+
+(``lambda`` = ``decay`` in (0, 1]; 1 is the plain mean over the rounds the pair was seen, smaller values weigh
+recent rounds more; a pair seen once has ``E_ij = c_ij`` whatever ``lambda``).  Coalitions are then formed
+over *every* client with evidence from an opinion matrix whose Gram matrix is ``E``
+(:func:`evidence_opinions`), so a client keeps its coalition in rounds it is not sampled, and
+:func:`carry_keys` gives each new coalition the key of the previous one most of its members held, so
+coalitions (and their models) keep their names from round to round.
+
+No Flower import: the strategy adapter is :class:`bouquet.strategies.aggregation.Coalitions`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bouquet.algorithms.hk import gram_embedding
+
+__all__ = ["MemoryParams", "PairEvidence", "average_linkage", "carry_keys", "evidence_opinions", "otsu_threshold"]
+
+#: How the confidence bound of HK with memory is set.
+MEMORY_TAU = ("given", "otsu")
+
+
+@dataclass(frozen=True)
+class MemoryParams:
+    """Coalition memory (off by default: each round's coalitions from that round alone, as in the paper).
+
+    Parameters
+    ----------
+    active : bool, default False
+        Accumulate pair evidence across rounds and form coalitions over every client seen.
+    decay : float, default 1.0
+        ``lambda`` in (0, 1]: the weight of the evidence already held each time a pair is seen again.
+    tau : {"given", "otsu"}, default "given"
+        HK's confidence bound: the aggregator's ``tau``, or each round the threshold that best splits the
+        evidence values into two groups (:func:`otsu_threshold`; needs no test error, no validation run).
+    """
+
+    active: bool = False
+    decay: float = 1.0
+    tau: str = "given"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.decay, int | float) and math.isfinite(self.decay) and 0.0 < self.decay <= 1.0):
+            raise ValueError(f"coalition-memory-decay must be in (0, 1], got {self.decay!r}")
+        if self.tau not in MEMORY_TAU:
+            raise ValueError(f"coalition-memory-tau must be one of {MEMORY_TAU}, got {self.tau!r}")
+
+
+@dataclass(frozen=True)
+class PairEvidence:
+    """Decayed running sums of pair cosines over the clients seen so far (rows and columns in ``nodes`` order).
+
+    Attributes
+    ----------
+    nodes : tuple of int
+        The clients seen, in the order they were first seen.
+    total : numpy.ndarray, shape (N, N)
+        ``s_ij``: decayed sums of the cosines (float64, symmetric, zero where never seen together).
+    weight : numpy.ndarray, shape (N, N)
+        ``n_ij``: decayed counts of the rounds seen together (zero: never).
+    """
+
+    nodes: tuple[int, ...] = ()
+    total: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    weight: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+
+    def __post_init__(self) -> None:
+        n = len(self.nodes)
+        if len(set(self.nodes)) != n:
+            raise ValueError("PairEvidence: a node appears twice")
+        if np.shape(self.total) != (n, n) or np.shape(self.weight) != (n, n):
+            raise ValueError(f"PairEvidence: total and weight must be {n} x {n}, got {np.shape(self.total)} "
+                             f"and {np.shape(self.weight)}")
+
+    def update(self, node_ids: Sequence[int], cosines: np.ndarray, decay: float) -> PairEvidence:
+        """The evidence after a round where ``node_ids`` took part with pairwise ``cosines`` (S x S).
+
+        New nodes are appended; only the pairs among ``node_ids`` change (``s <- decay s + c``,
+        ``n <- decay n + 1``), the diagonal included.
+        """
+        node_ids = [int(node) for node in node_ids]
+        cosines = np.asarray(cosines, dtype=np.float64)
+        if cosines.shape != (len(node_ids), len(node_ids)) or len(set(node_ids)) != len(node_ids):
+            raise ValueError(f"cosines must be {len(node_ids)} x {len(node_ids)} for distinct nodes, "
+                             f"got {cosines.shape}")
+        if not np.isfinite(cosines).all():
+            raise ValueError("cosines must be finite")
+        known = {node: i for i, node in enumerate(self.nodes)}
+        nodes = self.nodes + tuple(node for node in node_ids if node not in known)
+        n = len(nodes)
+        total = np.zeros((n, n))
+        weight = np.zeros((n, n))
+        old = len(self.nodes)
+        total[:old, :old] = self.total
+        weight[:old, :old] = self.weight
+        index = {node: i for i, node in enumerate(nodes)}
+        at = np.array([index[node] for node in node_ids], dtype=int)
+        block = np.ix_(at, at)
+        total[block] = decay * total[block] + cosines
+        weight[block] = decay * weight[block] + 1.0
+        return PairEvidence(nodes, total, weight)
+
+    def mean(self) -> np.ndarray:
+        """``E`` (N x N): the running mean cosine of each pair, 0 for pairs never seen together, 1 on the diagonal."""
+        seen = self.weight > 0
+        mean = np.divide(self.total, self.weight, out=np.zeros_like(self.total), where=seen)
+        np.fill_diagonal(mean, 1.0)
+        return mean
+
+    def subset(self, keep: Sequence[int]) -> PairEvidence:
+        """The evidence restricted to the nodes ``keep`` (in that order)."""
+        index = {node: i for i, node in enumerate(self.nodes)}
+        missing = [node for node in keep if node not in index]
+        if missing:
+            raise KeyError(f"no evidence for node(s) {missing}")
+        at = np.array([index[node] for node in keep], dtype=int)
+        block = np.ix_(at, at)
+        return PairEvidence(tuple(int(node) for node in keep), self.total[block].copy(), self.weight[block].copy())
+
+
+def evidence_opinions(evidence: np.ndarray) -> np.ndarray:
+    """Rows ``Y`` with ``Y Y^T`` the nearest positive semi-definite matrix to ``evidence``: the clients as
+    opinions whose cosines are (up to that projection) the evidence, for HK or k-means.
+
+    A running mean of cosines taken over different rounds for different pairs need not be positive
+    semi-definite; its negative eigenvalues are set to zero (:func:`bouquet.algorithms.hk.gram_embedding`).
+    """
+    return gram_embedding(np.asarray(evidence, dtype=np.float64))
+
+
+def average_linkage(similarity: np.ndarray, tau: float) -> np.ndarray:
+    """Coalitions by average linkage: merge the two coalitions whose pairs have the highest mean similarity
+    while that mean exceeds ``tau`` (UPGMA on ``1 - similarity``, scikit-learn's agglomerative clustering).
+
+    Parameters
+    ----------
+    similarity : array, shape (N, N)
+        Symmetric pair similarities (cosines or their running means), 1 on the diagonal.
+    tau : float
+        The mean similarity a merge needs.
+
+    Returns
+    -------
+    numpy.ndarray of int, shape (N,)
+        Coalition ids 0..K-1, numbered by each coalition's first member.
+    """
+    from sklearn.cluster import AgglomerativeClustering
+
+    similarity = np.asarray(similarity, dtype=np.float64)
+    if similarity.ndim != 2 or similarity.shape[0] != similarity.shape[1] or not np.isfinite(similarity).all():
+        raise ValueError(f"similarity must be a finite square matrix, got shape {similarity.shape}")
+    n = len(similarity)
+    if n == 1:
+        return np.zeros(1, dtype=int)
+    distance = np.clip(1.0 - (similarity + similarity.T) / 2, 0.0, None)
+    np.fill_diagonal(distance, 0.0)
+    raw = AgglomerativeClustering(n_clusters=None, metric="precomputed", linkage="average",
+                                  distance_threshold=1.0 - tau).fit(distance).labels_
+    _, first = np.unique(raw, return_index=True)
+    order = {int(raw[i]): rank for rank, i in enumerate(sorted(first))}
+    return np.array([order[int(label)] for label in raw], dtype=int)
+
+
+def otsu_threshold(values: np.ndarray) -> float:
+    """The threshold that splits ``values`` into a low and a high group with the largest between-group
+    variance (Otsu 1979), exactly (every split of the sorted values is tried); the midpoint between the two
+    values it falls between.
+
+    Raises ValueError for fewer than two distinct values.
+    """
+    ordered = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    if ordered.size < 2 or ordered[0] == ordered[-1] or not np.isfinite(ordered).all():
+        raise ValueError("otsu_threshold needs at least two distinct finite values")
+    n = ordered.size
+    low_count = np.arange(1, n)
+    low_sum = np.cumsum(ordered)[:-1]
+    low_mean = low_sum / low_count
+    high_mean = (ordered.sum() - low_sum) / (n - low_count)
+    between = low_count * (n - low_count) * (high_mean - low_mean) ** 2
+    between[ordered[1:] == ordered[:-1]] = -1.0  # a split between equal values is no split
+    split = int(np.argmax(between))
+    return float((ordered[split] + ordered[split + 1]) / 2)
+
+
+def carry_keys(labels: np.ndarray, nodes: Sequence[int], previous: Mapping[int, str],
+               next_id: int) -> tuple[dict[int, str], int]:
+    """Names for this round's coalitions: the previous name most of a coalition's members held.
+
+    Coalitions claim names largest first (ties: lowest label); each name goes to one coalition at most,
+    the one with most of its former members (ties: the larger coalition, then the lower label).  A
+    coalition whose members held no free name gets ``c<next_id>`` and the counter moves on.
+
+    Parameters
+    ----------
+    labels : array of int, shape (N,)
+        Coalition of each node in ``nodes``.
+    nodes : sequence of int
+    previous : mapping of node -> name
+        Each node's coalition name before this round (nodes not in it had none).
+    next_id : int
+        The number of the next new name.
+
+    Returns
+    -------
+    (dict label -> name, the next new name's number)
+    """
+    labels = np.asarray(labels)
+    if labels.shape != (len(nodes),):
+        raise ValueError(f"one label per node expected, got {labels.shape} for {len(nodes)} nodes")
+    sizes = Counter(int(label) for label in labels)
+    votes: list[tuple[int, int, int, str]] = []  # (-former members, -size, label, name)
+    for label in sizes:
+        held = Counter(previous[node] for node, lab in zip(nodes, labels) if lab == label and node in previous)
+        votes += [(-count, -sizes[label], label, name) for name, count in held.items()]
+    names: dict[int, str] = {}
+    taken: set[str] = set()
+    for _, _, label, name in sorted(votes):
+        if label not in names and name not in taken:
+            names[label] = name
+            taken.add(name)
+    for label in sorted(sizes, key=lambda lab: (-sizes[lab], lab)):
+        if label not in names:
+            names[label] = f"c{next_id}"
+            next_id += 1
+    return names, next_id

@@ -1,0 +1,168 @@
+"""Coalition memory (bouquet.algorithms.memory): hand cases, a slow reference path, properties, bad input."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from bouquet.algorithms.memory import MemoryParams, PairEvidence, carry_keys, evidence_opinions, otsu_threshold
+
+
+def cosines(values: dict[tuple[int, int], float], nodes: list[int]) -> np.ndarray:
+    matrix = np.eye(len(nodes))
+    for (a, b), value in values.items():
+        i, j = nodes.index(a), nodes.index(b)
+        matrix[i, j] = matrix[j, i] = value
+    return matrix
+
+
+def test_a_pair_seen_once_holds_that_cosine_and_a_pair_seen_often_its_decayed_mean():
+    once = PairEvidence().update([1, 2], cosines({(1, 2): 0.2}, [1, 2]), decay=0.5)
+    assert once.nodes == (1, 2) and once.mean()[0, 1] == pytest.approx(0.2)  # seen once: the cosine, any decay
+    often = PairEvidence()
+    for value in (0.2, 0.5, 0.8):
+        often = often.update([1, 2], cosines({(1, 2): value}, [1, 2]), decay=1.0)
+    assert often.mean()[0, 1] == pytest.approx(0.5) and often.weight[0, 1] == 3  # decay 1: the plain mean
+    decayed = PairEvidence()
+    for value in (0.2, 0.5, 0.8):
+        decayed = decayed.update([1, 2], cosines({(1, 2): value}, [1, 2]), decay=0.5)
+    # s = (0.2 * 0.5 + 0.5) * 0.5 + 0.8 = 1.1, n = (0.5 + 1) * 0.5 + 1 = 1.75
+    assert decayed.mean()[0, 1] == pytest.approx(1.1 / 1.75) and decayed.weight[0, 1] == pytest.approx(1.75)
+
+
+def test_only_pairs_sampled_together_change_and_new_nodes_are_appended():
+    evidence = PairEvidence().update([1, 2], cosines({(1, 2): 0.5}, [1, 2]), decay=1.0)
+    evidence = evidence.update([3, 2], cosines({(3, 2): 0.3}, [3, 2]), decay=1.0)
+    assert evidence.nodes == (1, 2, 3)
+    mean = evidence.mean()
+    assert mean[0, 1] == pytest.approx(0.5) and mean[1, 2] == pytest.approx(0.3)
+    assert mean[0, 2] == 0 and evidence.weight[0, 2] == 0  # 1 and 3 never took part together
+    assert np.diag(mean).tolist() == [1.0, 1.0, 1.0] and evidence.weight[1, 1] == 2
+    assert np.array_equal(mean, mean.T)
+    sub = evidence.subset([3, 1])
+    assert sub.nodes == (3, 1) and sub.weight[0, 1] == 0 and sub.total[0, 0] == pytest.approx(1.0)
+
+
+def test_update_equals_a_slow_pair_by_pair_reference_over_random_rounds():
+    rng = np.random.default_rng(3)
+    fast = PairEvidence()
+    slow_total: dict[tuple[int, int], float] = {}
+    slow_weight: dict[tuple[int, int], float] = {}
+    decay = 0.7
+    for _ in range(12):
+        nodes = [int(n) for n in rng.choice(15, size=rng.integers(2, 9), replace=False)]
+        vectors = rng.standard_normal((len(nodes), 6))
+        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        round_cosines = unit @ unit.T
+        fast = fast.update(nodes, round_cosines, decay)
+        for (i, a), (j, b) in itertools.product(enumerate(nodes), repeat=2):
+            slow_total[a, b] = decay * slow_total.get((a, b), 0.0) + round_cosines[i, j]
+            slow_weight[a, b] = decay * slow_weight.get((a, b), 0.0) + 1.0
+    for (i, a), (j, b) in itertools.product(enumerate(fast.nodes), repeat=2):
+        assert fast.total[i, j] == pytest.approx(slow_total.get((a, b), 0.0), abs=1e-12)
+        assert fast.weight[i, j] == pytest.approx(slow_weight.get((a, b), 0.0), abs=1e-12)
+
+
+def test_evidence_opinions_reproduce_a_positive_semidefinite_evidence_and_project_the_rest():
+    rng = np.random.default_rng(4)
+    vectors = rng.standard_normal((6, 3))
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    evidence = unit @ unit.T
+    opinions = evidence_opinions(evidence)
+    np.testing.assert_allclose(opinions @ opinions.T, evidence, atol=1e-12)
+    indefinite = np.array([[1.0, 0.9, -0.9], [0.9, 1.0, 0.9], [-0.9, 0.9, 1.0]])
+    projected = evidence_opinions(indefinite) @ evidence_opinions(indefinite).T
+    assert np.linalg.eigvalsh(projected).min() > -1e-12
+
+
+def test_otsu_splits_two_clear_groups_between_them_and_equals_a_brute_force_search():
+    assert otsu_threshold(np.array([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])) == pytest.approx(0.5)
+    assert otsu_threshold(np.array([0.9, 0.1, 0.8, 0.2])) == pytest.approx(0.5)
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        values = np.concatenate([rng.normal(0.05, 0.1, rng.integers(5, 60)), rng.normal(0.4, 0.1, rng.integers(2, 20))])
+        ordered = np.sort(values)
+        best, best_cut = -1.0, None
+        for k in range(1, len(ordered)):
+            low, high = ordered[:k], ordered[k:]
+            score = len(low) * len(high) * (high.mean() - low.mean()) ** 2
+            if score > best:
+                best, best_cut = score, (ordered[k - 1] + ordered[k]) / 2
+        assert otsu_threshold(values) == pytest.approx(best_cut)
+    with pytest.raises(ValueError, match="two distinct"):
+        otsu_threshold(np.array([0.3, 0.3]))
+    with pytest.raises(ValueError, match="two distinct"):
+        otsu_threshold(np.array([0.3, np.nan]))
+
+
+def test_carry_keys_keeps_names_through_sticky_rounds_splits_and_merges():
+    names, next_id = carry_keys(np.array([0, 0, 1, 1]), [1, 2, 3, 4], {1: "c0", 2: "c0", 3: "c1"}, 2)
+    assert names == {0: "c0", 1: "c1"} and next_id == 2  # the same coalitions keep their names
+    names, next_id = carry_keys(np.array([1, 1, 1, 0]), [1, 2, 3, 4], {n: "c0" for n in (1, 2, 3, 4)}, 5)
+    assert names == {1: "c0", 0: "c5"} and next_id == 6  # a split: the larger part keeps the name
+    names, _ = carry_keys(np.array([0, 0, 0]), [1, 2, 3], {1: "c3", 2: "c1", 3: "c1"}, 4)
+    assert names == {0: "c1"}  # a merge: the name most members held
+    names, next_id = carry_keys(np.array([0, 1]), [7, 8], {}, 0)
+    assert names == {0: "c0", 1: "c1"} and next_id == 2  # nobody held a name: new ones, largest first
+    with pytest.raises(ValueError, match="one label per node"):
+        carry_keys(np.array([0]), [1, 2], {}, 0)
+
+
+@pytest.mark.parametrize("decay", [0.0, -0.5, 1.5, float("nan"), float("inf")])
+def test_a_decay_outside_0_1_is_an_error_naming_the_key(decay):
+    with pytest.raises(ValueError, match="coalition-memory-decay must be in"):
+        MemoryParams(active=True, decay=decay)
+
+
+def test_bad_memory_input_is_named():
+    with pytest.raises(ValueError, match="coalition-memory-tau"):
+        MemoryParams(active=True, tau="median")
+    with pytest.raises(ValueError, match="2 x 2"):
+        PairEvidence().update([1, 2], np.eye(3), 1.0)
+    with pytest.raises(ValueError, match="distinct"):
+        PairEvidence().update([1, 1], np.eye(2), 1.0)
+    with pytest.raises(ValueError, match="finite"):
+        PairEvidence().update([1, 2], np.array([[1.0, np.nan], [np.nan, 1.0]]), 1.0)
+    with pytest.raises(ValueError, match="appears twice"):
+        PairEvidence((1, 1), np.zeros((2, 2)), np.zeros((2, 2)))
+    with pytest.raises(KeyError, match="no evidence"):
+        PairEvidence().subset([4])
+
+
+def test_average_linkage_merges_while_the_mean_pair_similarity_exceeds_tau_and_equals_a_slow_reference():
+    from bouquet.algorithms.memory import average_linkage
+
+    # two tight pairs {0, 1} and {2, 3}; their four cross pairs average (0.5 + 0.1 + 0.1 + 0.1) / 4 = 0.2
+    similarity = np.array([[1.0, 0.9, 0.5, 0.1], [0.9, 1.0, 0.1, 0.1], [0.5, 0.1, 1.0, 0.8], [0.1, 0.1, 0.8, 1.0]])
+    assert average_linkage(similarity, 0.85).tolist() == [0, 0, 1, 2]
+    assert average_linkage(similarity, 0.3).tolist() == [0, 0, 1, 1]  # 0.5 alone would have chained them
+    assert average_linkage(similarity, 0.15).tolist() == [0, 0, 0, 0]
+    assert average_linkage(np.ones((1, 1)), 0.5).tolist() == [0]
+
+    def slow(matrix, tau):  # merge the pair of clusters with the highest mean similarity while it exceeds tau
+        clusters = [[i] for i in range(len(matrix))]
+        while len(clusters) > 1:
+            best, pair = -np.inf, None
+            for a in range(len(clusters)):
+                for b in range(a + 1, len(clusters)):
+                    mean = matrix[np.ix_(clusters[a], clusters[b])].mean()
+                    if mean > best:
+                        best, pair = mean, (a, b)
+            if best <= tau:
+                break
+            a, b = pair
+            clusters[a] += clusters.pop(b)
+        labels = np.empty(len(matrix), dtype=int)
+        for members in sorted(clusters, key=min):
+            labels[members] = sorted(clusters, key=min).index(members)
+        return labels
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        points = rng.standard_normal((9, 4)) + 2 * rng.integers(0, 3, size=(9, 1))
+        unit = points / np.linalg.norm(points, axis=1, keepdims=True)
+        cosines = unit @ unit.T
+        tau = float(rng.uniform(0.2, 0.9))
+        assert average_linkage(cosines, tau).tolist() == slow(cosines, tau).tolist()
+    with pytest.raises(ValueError, match="finite square"):
+        average_linkage(np.ones((2, 3)), 0.5)
