@@ -28,6 +28,7 @@ from bouquet.algorithms.clustered import CFLParams, IFCAParams
 from bouquet.algorithms.coalitions_fixed_k import FIXED_K_GEOMETRIES, FixedKParams
 from bouquet.algorithms.fedopt import ServerOptParams
 from bouquet.algorithms.hk import HKParams
+from bouquet.algorithms.memory import MemoryParams
 from bouquet.algorithms.selection import (
     SELECTORS,
     AFLSelector,
@@ -213,6 +214,7 @@ _SECTIONS = (
     _Section("selection", SelectionParams, rename={"mode": "selection-mode"}),
     _Section("hk", HKParams, prefix="hk-", skip=("geometry", "barycenter_weighting")),
     _Section("coalitions", CoalitionParams, prefix="hk-"),
+    _Section("memory", MemoryParams, prefix="coalition-memory-", rename={"active": "coalition-memory"}),
     _Section("fixed_k", FixedKParams, prefix="fixed-", skip=("geometry",)),
     _Section("proximal", ProximalParams, prefix="proximal-"),
     _Section("server_opt", ServerOptParams, prefix="server-"),
@@ -349,7 +351,8 @@ class AppConfig:
 
     Build it with :meth:`from_run_config` (kebab-case keys, as in ``[tool.flwr.app.config]``);
     ``AppConfig()`` is the default run.  Sections: ``run`` (:class:`RunParams`), ``grid`` (:class:`bouquet.grid.GridParams`), ``sampling``,
-    ``selection``, ``coalitions``, ``proximal`` (:mod:`bouquet.strategies.params`), ``hk``
+    ``selection``, ``coalitions``, ``proximal`` (:mod:`bouquet.strategies.params`), ``memory``
+    (:class:`bouquet.algorithms.memory.MemoryParams`), ``hk``
     (:class:`bouquet.algorithms.hk.HKParams`, ``None`` unless the strategy is HK), ``fixed_k``,
     ``perfedavg``, ``water_data``, ``water_model``, ``water_train``, ``vision_data``, ``vision_model``,
     ``vision_train``, ``central``, ``store`` (shared or per-coalition models), ``ifca``, ``cfl`` and the
@@ -362,6 +365,7 @@ class AppConfig:
     selection: SelectionParams = field(default_factory=SelectionParams)
     hk: HKParams | None = field(default_factory=HKParams)
     coalitions: CoalitionParams = field(default_factory=CoalitionParams)
+    memory: MemoryParams = field(default_factory=MemoryParams)
     fixed_k: FixedKParams = field(default_factory=FixedKParams)
     proximal: ProximalParams = field(default_factory=lambda: ProximalParams(mu=APP_PROXIMAL_MU))
     server_opt: ServerOptParams = field(default_factory=ServerOptParams)
@@ -401,6 +405,16 @@ class AppConfig:
         if self.store.coalition_models == "personal" and spec.family not in (*COALITION_FAMILIES, *CLUSTER_FAMILIES):
             raise ConfigError(f"run-config 'coalition-models': 'personal' serves each coalition its model, but "
                               f"strategy {spec.name!r} forms no coalitions (use hk-* or fixed-k-*)")
+        if self.memory.active and spec.family not in COALITION_FAMILIES:
+            raise ConfigError(f"run-config 'coalition-memory': memory of coalitions, but strategy {spec.name!r} "
+                              "forms no coalitions (use hk-* or fixed-k-*)")
+        if self.memory.active and spec.family == "fixed-k":
+            if self.memory.formation == "linkage" and self.memory.tau == "given":
+                raise ConfigError("run-config 'coalition-memory-tau': 'given' takes hk-tau, which fixed-K has not; "
+                                  "with coalition-memory-formation = 'linkage' use 'otsu'")
+            if self.memory.formation == "rule" and self.memory.tau == "otsu":
+                raise ConfigError("run-config 'coalition-memory-tau': fixed-K's rule takes K, not a threshold; "
+                                  "'otsu' needs coalition-memory-formation = 'linkage'")
         for key, value in (("hk-min-coalition-fraction", self.coalitions.min_coalition_fraction),
                            ("hk-update-norm-bound", self.coalitions.update_norm_bound)):
             if value and spec.family not in COALITION_FAMILIES:

@@ -219,6 +219,7 @@ def run_superlink(workdir: Path, ray_address: str | None = None, cold: bool = Fa
         yield link, (f"joining the warm runtime{note}: SuperLink 127.0.0.1:{link.port} (pid {state.superlink_pid}), "
                      f"Ray {state.ray_address} (pid {state.ray_pid})")
         return
+    Path(workdir).mkdir(parents=True, exist_ok=True)
     ray = RayHead(Path(workdir) / "ray-head.log") if shared_ray and ray_address is None else None
     try:
         address = ray.address if ray is not None else ray_address

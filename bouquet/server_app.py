@@ -78,13 +78,13 @@ def make_aggregator(config: AppConfig) -> Aggregator:
     """The aggregator part the run config names (also the bare loop of ``scripts/bench_overhead.py``)."""
     family = config.spec.family
     if family == "hk":
-        return Coalitions(HKRule(config.hk, config.coalitions.record_trajectories), config.coalitions)
+        return Coalitions(HKRule(config.hk, config.coalitions.record_trajectories), config.coalitions, config.memory)
     if family == "fixed-k":  # fixed-K partitions the trained models: the paper's baseline, no opinion space
         c = config.coalitions
         return Coalitions(FixedKRule(config.fixed_k),
                           CoalitionParams(barycenter_weighting=c.barycenter_weighting,
                                           min_coalition_fraction=c.min_coalition_fraction,
-                                          update_norm_bound=c.update_norm_bound))
+                                          update_norm_bound=c.update_norm_bound), config.memory)
     if family == "ifca":
         return ClusterMeans()
     if family == "cfl":

@@ -63,7 +63,9 @@ def _kill_after_checkpoint(link, folder, k, run_config):
                  marks=pytest.mark.tier2),  # second tier: the same resume path as "hk", with coalition models
     pytest.param(2, 'task="vision" selection="sckm-select" selection-mode="piggyback" strategy="fedavg"',
                  marks=pytest.mark.tier2),  # second tier: the same resume path, with the selector's state
-], ids=["hk", "hk-personal", "sckm-piggyback"])
+    (4, ('strategy="hk-cosine" coalition-models="personal" hk-opinion-space="updates" coalition-memory=true '
+         'coalition-memory-tau="otsu" coalition-memory-formation="linkage" coalition-memory-decay=0.7')),
+], ids=["hk", "hk-personal", "sckm-piggyback", "hk-memory"])
 def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path, superlink, ray_head, test_seed, extra):
     # the round after which the server dies: at least two rounds before the end, so that a fast run (the vision
     # case takes well under a second a round) cannot finish between the checkpoint and the SIGKILL

@@ -5,7 +5,14 @@ import itertools
 import numpy as np
 import pytest
 
-from bouquet.algorithms.memory import MemoryParams, PairEvidence, carry_keys, evidence_opinions, otsu_threshold
+from bouquet.algorithms.memory import (
+    MemoryParams,
+    MemoryState,
+    PairEvidence,
+    carry_keys,
+    evidence_opinions,
+    otsu_threshold,
+)
 
 
 def cosines(values: dict[tuple[int, int], float], nodes: list[int]) -> np.ndarray:
@@ -117,6 +124,10 @@ def test_a_decay_outside_0_1_is_an_error_naming_the_key(decay):
 def test_bad_memory_input_is_named():
     with pytest.raises(ValueError, match="coalition-memory-tau"):
         MemoryParams(active=True, tau="median")
+    with pytest.raises(ValueError, match="coalition-memory-formation"):
+        MemoryParams(active=True, formation="kmeans")
+    with pytest.raises(ValueError, match="not a coalition memory state"):
+        MemoryState.from_json({"nodes": [1, 2], "total": [[1.0]]})
     with pytest.raises(ValueError, match="2 x 2"):
         PairEvidence().update([1, 2], np.eye(3), 1.0)
     with pytest.raises(ValueError, match="distinct"):
@@ -166,3 +177,19 @@ def test_average_linkage_merges_while_the_mean_pair_similarity_exceeds_tau_and_e
         assert average_linkage(cosines, tau).tolist() == slow(cosines, tau).tolist()
     with pytest.raises(ValueError, match="finite square"):
         average_linkage(np.ones((2, 3)), 0.5)
+
+
+def test_memory_state_survives_json_to_the_bit():
+    import json
+
+    rng = np.random.default_rng(2)
+    evidence = PairEvidence()
+    for _ in range(4):
+        nodes = sorted(rng.choice(40, size=6, replace=False).tolist())
+        unit = rng.standard_normal((6, 5))
+        unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+        evidence = evidence.update(nodes, unit @ unit.T, 0.7)
+    state = MemoryState(evidence, {node: f"c{node % 3}" for node in evidence.nodes}, 7)
+    back = MemoryState.from_json(json.loads(json.dumps(state.to_json())))
+    assert back.evidence.nodes == evidence.nodes and back.names == state.names and back.next_id == 7
+    assert np.array_equal(back.evidence.total, evidence.total) and np.array_equal(back.evidence.weight, evidence.weight)

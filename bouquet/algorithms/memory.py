@@ -30,11 +30,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bouquet.algorithms.hk import gram_embedding
+from bouquet.params import require
 
-__all__ = ["MemoryParams", "PairEvidence", "average_linkage", "carry_keys", "evidence_opinions", "otsu_threshold"]
+__all__ = ["MemoryParams", "MemoryState", "PairEvidence", "average_linkage", "carry_keys", "evidence_opinions",
+           "otsu_threshold"]
 
-#: How the confidence bound of HK with memory is set.
+#: How the confidence bound with memory is set.
 MEMORY_TAU = ("given", "otsu")
+#: How coalitions are formed from the evidence.
+MEMORY_FORMATION = ("rule", "linkage")
 
 
 @dataclass(frozen=True)
@@ -48,19 +52,25 @@ class MemoryParams:
     decay : float, default 1.0
         ``lambda`` in (0, 1]: the weight of the evidence already held each time a pair is seen again.
     tau : {"given", "otsu"}, default "given"
-        HK's confidence bound: the aggregator's ``tau``, or each round the threshold that best splits the
-        evidence values into two groups (:func:`otsu_threshold`; needs no test error, no validation run).
+        The similarity a coalition needs: the aggregator's (``hk-tau``), or each round the threshold that
+        best splits the evidence values into two groups (:func:`otsu_threshold`; needs no test error and no
+        validation run).
+    formation : {"rule", "linkage"}, default "rule"
+        Coalitions from the evidence by the aggregator's own rule on :func:`evidence_opinions` (HK, or
+        fixed-K's k-means), or by :func:`average_linkage` at ``tau``.
     """
 
     active: bool = False
     decay: float = 1.0
     tau: str = "given"
+    formation: str = "rule"
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.decay, int | float) and math.isfinite(self.decay) and 0.0 < self.decay <= 1.0):
-            raise ValueError(f"coalition-memory-decay must be in (0, 1], got {self.decay!r}")
-        if self.tau not in MEMORY_TAU:
-            raise ValueError(f"coalition-memory-tau must be one of {MEMORY_TAU}, got {self.tau!r}")
+        require(isinstance(self.decay, int | float) and math.isfinite(self.decay) and 0.0 < self.decay <= 1.0,
+                "decay", f"coalition-memory-decay must be in (0, 1], got {self.decay!r}")
+        require(self.tau in MEMORY_TAU, "tau", f"coalition-memory-tau must be one of {MEMORY_TAU}, got {self.tau!r}")
+        require(self.formation in MEMORY_FORMATION, "formation",
+                f"coalition-memory-formation must be one of {MEMORY_FORMATION}, got {self.formation!r}")
 
 
 @dataclass(frozen=True)
@@ -240,3 +250,42 @@ def carry_keys(labels: np.ndarray, nodes: Sequence[int], previous: Mapping[int, 
             names[label] = f"c{next_id}"
             next_id += 1
     return names, next_id
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    """What coalition memory carries from round to round: the evidence and each client's coalition name.
+
+    Attributes
+    ----------
+    evidence : PairEvidence
+    names : dict of int -> str
+        The coalition each client was last placed in (the key of the model it is served).
+    next_id : int
+        The number of the next new coalition name (``c<next_id>``).
+    """
+
+    evidence: PairEvidence = field(default_factory=PairEvidence)
+    names: Mapping[int, str] = field(default_factory=dict)
+    next_id: int = 0
+
+    def to_json(self) -> dict:
+        """JSON-able (node ids as ints and as dict keys, so that a checkpoint can name them by stable key;
+        floats as Python floats, which JSON carries to the bit)."""
+        return {"nodes": [int(node) for node in self.evidence.nodes],
+                "total": self.evidence.total.tolist(), "weight": self.evidence.weight.tolist(),
+                "names": {str(node): name for node, name in self.names.items()}, "next": f"c{self.next_id}"}
+
+    @classmethod
+    def from_json(cls, state: Mapping) -> MemoryState:
+        """The inverse of :meth:`to_json`."""
+        try:
+            nodes = tuple(int(node) for node in state["nodes"])
+            n = len(nodes)
+            total = np.asarray(state["total"], dtype=np.float64).reshape(n, n)
+            weight = np.asarray(state["weight"], dtype=np.float64).reshape(n, n)
+            names = {int(node): str(name) for node, name in state["names"].items()}
+            next_id = int(str(state["next"]).removeprefix("c"))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"not a coalition memory state: {error}") from None
+        return cls(PairEvidence(nodes, total, weight), names, next_id)

@@ -19,6 +19,7 @@ one more part).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
@@ -27,7 +28,15 @@ import numpy as np
 
 from bouquet.algorithms.coalitions_fixed_k import FixedKParams, fixed_k_coalitions
 from bouquet.algorithms.groups import agreement
-from bouquet.algorithms.hk import HKParams, hk_coalitions
+from bouquet.algorithms.hk import HKParams, gram_matrix, hk_coalitions
+from bouquet.algorithms.memory import (
+    MemoryParams,
+    MemoryState,
+    average_linkage,
+    carry_keys,
+    evidence_opinions,
+    otsu_threshold,
+)
 from bouquet.algorithms.robust import clip_updates, robust_coalition_weights
 from bouquet.strategies.params import CoalitionParams
 from bouquet.strategies.rounds import Aggregate, ClientUpdates
@@ -133,6 +142,10 @@ class HKRule:
                           "gram": result.gram, "params": self.params}
         return Partition(result.labels, {"hk-steps": result.steps, "hk-converged": result.converged}, trajectory)
 
+    def with_tau(self, tau: float) -> HKRule:
+        """The same rule with confidence bound ``tau`` (coalition memory's Otsu threshold)."""
+        return HKRule(dataclasses.replace(self.params, tau=tau), self.record_trajectories)
+
     def describe(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in asdict(self.params).items() if k != "barycenter_weighting")
 
@@ -171,18 +184,39 @@ class Coalitions:
     coalitions smaller than that fraction of the round out of the shared model (``left-out`` clients; their
     coalition's barycenter is still their personal model).  See :mod:`bouquet.algorithms.robust`.
 
+    Coalition memory (``memory``; off by default, the paper): each round's opinion cosines are added to a
+    running per-pair evidence (:class:`bouquet.algorithms.memory.PairEvidence`, pairs updated only when both
+    were sampled); coalitions are formed over every client seen, from the evidence, and keep the name most
+    of their members held (:func:`bouquet.algorithms.memory.carry_keys`).  Every client of a coalition with
+    a member sampled this round is then served that coalition's fresh barycenter (``assignment``), sampled
+    or not; the others keep their model.  The round's shared model is eq. 16 over the round's coalitions.
+
     Parameters
     ----------
     rule : CoalitionRule
         :class:`HKRule` or :class:`FixedKRule` (or your own).
     params : CoalitionParams
         Barycenter weighting, opinion space, trajectory recording, the robust options.
+    memory : MemoryParams, optional
+        Coalition memory (off by default).
     """
 
-    def __init__(self, rule: CoalitionRule, params: CoalitionParams | None = None) -> None:
+    def __init__(self, rule: CoalitionRule, params: CoalitionParams | None = None,
+                 memory: MemoryParams | None = None) -> None:
         self.rule = rule
         self.params = params if params is not None else CoalitionParams()
+        self.memory = memory if memory is not None else MemoryParams()
         self.label = rule.label
+        if self.memory.active:
+            given = getattr(getattr(rule, "params", None), "tau", None)
+            if self.memory.tau == "given" and self.memory.formation == "linkage" and given is None:
+                raise ValueError(f"coalition-memory-formation 'linkage' needs a tau: {rule.label} has none "
+                                 "(set coalition-memory-tau = 'otsu')")
+            if self.memory.tau == "otsu" and self.memory.formation == "rule" and not hasattr(rule, "with_tau"):
+                raise ValueError(f"coalition-memory-tau 'otsu' sets a confidence bound, and {rule.label} has none "
+                                 "(use coalition-memory-formation = 'linkage')")
+            self.label += " with memory"
+        self._state = MemoryState()  # across rounds: what coalition memory knows (empty while it is off)
 
     def aggregate(self, updates: ClientUpdates) -> Aggregate:
         matrix, layout = updates.stacked
@@ -198,7 +232,10 @@ class Coalitions:
         if self.params.update_norm_bound > 0:
             matrix, clipped_nodes = self._clip(matrix, layout, kept)
             robust = {"clipped": len(clipped_nodes), "clipped-nodes": clipped_nodes}
-        labels, partition = self._partition(matrix, layout, kept)
+        if self.memory.active:
+            labels, partition, names, served = self._remembered_partition(matrix, layout, kept)
+        else:
+            labels, partition = self._partition(matrix, layout, kept)
         examples = None
         if self.params.barycenter_weighting == "samples":
             examples = np.array([float(n) for n in kept.num_examples])
@@ -217,8 +254,12 @@ class Coalitions:
         rows = [{"round": updates.server_round, "node_id": node, **identity, "coalition": int(label),
                  "coalition_size": int(sizes_by_label[label])}
                 for node, identity, label in zip(kept.node_ids, kept.identities, labels)]
-        models, model_rows = self._barycenters(matrix, layout, template, labels, examples, kept)
-        keys = {label: f"r{updates.server_round}-c{label}" for label in range(len(sizes_by_label))}
+        if self.memory.active:
+            keys, assignment = names, served
+        else:
+            keys = {label: f"r{updates.server_round}-c{label}" for label in range(len(sizes_by_label))}
+            assignment = {node: keys[int(label)] for node, label in zip(kept.node_ids, labels)}
+        models, model_rows = self._barycenters(matrix, layout, template, labels, examples, kept, keys)
         artifacts = {"hk-trajectory": partition.trajectory} if partition.trajectory is not None else {}
         summary = (f"{self.label} -> K={len(sizes)} coalitions, sizes {sizes}, {report['singletons']} singletons"
                    + "".join(f", {k} {v}" for k, v in partition.report.items())
@@ -227,7 +268,7 @@ class Coalitions:
                          tables={"coalitions": rows, "coalition_models": model_rows}, artifacts=artifacts,
                          labels=labels, node_ids=kept.node_ids, summary=summary,
                          groups={keys[label]: model for label, model in enumerate(models)},
-                         assignment={node: keys[int(label)] for node, label in zip(kept.node_ids, labels)})
+                         assignment=assignment)
 
     def _clip(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> tuple[np.ndarray, list[int]]:
         """The models with each update clipped to ``update_norm_bound`` x the median norm, and who was clipped."""
@@ -245,7 +286,7 @@ class Coalitions:
 
     @staticmethod
     def _barycenters(matrix: np.ndarray, layout: Any, template: Any, labels: np.ndarray, examples: np.ndarray | None,
-                     kept: ClientUpdates) -> tuple[list[Any], list[dict[str, Any]]]:
+                     kept: ClientUpdates, keys: dict[int, str]) -> tuple[list[Any], list[dict[str, Any]]]:
         """Each coalition's barycenter (eq. 15: the model of a coalition, served with personal models)."""
         count = int(labels.max()) + 1
         within = np.ones(len(labels)) if examples is None else examples
@@ -254,7 +295,7 @@ class Coalitions:
         barycenters = mixing.astype(matrix.dtype) @ matrix
         names = [identity.get("partition-id", "") if identity else "" for identity in kept.identities]
         names = [name if name != "" else node for name, node in zip(names or [""] * len(labels), kept.node_ids)]
-        rows = [{"round": kept.server_round, "coalition": f"r{kept.server_round}-c{c}",
+        rows = [{"round": kept.server_round, "coalition": keys[c],
                  "members": " ".join(str(n) for n, m in zip(names, member[c]) if m), "size": int(member[c].sum()),
                  "model-norm": float(np.linalg.norm(barycenters[c].astype(np.float64)))} for c in range(count)]
         return [layout.unflatten(row, template) for row in barycenters], rows
@@ -278,10 +319,73 @@ class Coalitions:
         labels[still] = partition.labels.max() + 1 + np.arange(still.sum())
         return labels, partition
 
+    def _remembered_partition(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates
+                              ) -> tuple[np.ndarray, Partition, dict[int, str], dict[int, str]]:
+        """Coalitions from the evidence of every round so far: the round's labels (0..K-1) and facts, each
+        label's name, and the clients served each named coalition's fresh model."""
+        memory = self.memory
+        opinions = matrix if self.params.opinion_space == "weights" else matrix - kept.reference_matrix(layout,
+                                                                                                          matrix.dtype)
+        gram = gram_matrix(opinions)
+        moved = np.flatnonzero(np.diag(gram) > 0)  # a zero update has no direction: no evidence this round
+        norms = np.sqrt(np.diag(gram)[moved])
+        cosines = np.clip(gram[np.ix_(moved, moved)] / norms[:, None] / norms[None, :], -1.0, 1.0)
+        state = self._state
+        evidence = state.evidence.update([kept.node_ids[i] for i in moved], cosines, memory.decay)
+        mean = evidence.mean()
+        nodes = evidence.nodes
+        seen = np.triu(evidence.weight > 0, 1)
+        tau = getattr(getattr(self.rule, "params", None), "tau", None)
+        if memory.tau == "otsu":
+            values = mean[seen]
+            tau = otsu_threshold(values) if np.unique(values).size > 1 else tau
+        report: dict[str, Any] = {"memory-clients": len(nodes)}
+        if tau is not None:
+            report["memory-tau"] = float(tau)
+        if memory.formation == "linkage":
+            everyone = average_linkage(mean, float(tau))
+            facts: dict[str, Any] = {}
+        else:
+            rule = self.rule.with_tau(float(tau)) if memory.tau == "otsu" and tau is not None else self.rule
+            ruled = rule.partition(evidence_opinions(mean), nodes, kept)
+            everyone, facts = ruled.labels, ruled.report
+        report["memory-coalitions"] = int(everyone.max()) + 1
+        named, next_id = carry_keys(everyone, nodes, state.names, state.next_id)
+        name_of = {node: named[int(label)] for node, label in zip(nodes, everyone)}
+        for i in np.setdiff1d(np.arange(len(kept.node_ids)), moved):  # no update and never seen: its own
+            if kept.node_ids[i] not in name_of:
+                name_of[kept.node_ids[i]] = f"c{next_id}"
+                next_id += 1
+        round_names = list(dict.fromkeys(name_of[node] for node in kept.node_ids))
+        label_of = {name: label for label, name in enumerate(round_names)}
+        labels = np.array([label_of[name_of[node]] for node in kept.node_ids], dtype=int)
+        fresh = set(round_names)
+        served = {node: name for node, name in name_of.items() if name in fresh}
+        self._state = MemoryState(evidence, {**state.names, **served}, next_id)
+        return labels, Partition(labels, {**facts, **report}), dict(enumerate(round_names)), served
+
+    def state_dict(self) -> dict[str, Any]:
+        """Coalition memory's state, JSON-able (empty while memory is off): what a checkpoint keeps."""
+        return {"memory": self._state.to_json()} if self.memory.active else {}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Go on from :meth:`state_dict`; memory on and no memory state is an error naming the key."""
+        if not self.memory.active:
+            return
+        if not state or "memory" not in state:
+            raise ValueError("coalition-memory is on, but the state holds no coalition memory (a checkpoint "
+                             "written with coalition-memory = false or by an older bouquet): resume with "
+                             "coalition-memory = false, or start a new run")
+        self._state = MemoryState.from_json(state["memory"])
+
     def describe(self) -> list[str]:
         p = self.params
         line = (f"Aggregation: {self.rule.label} coalitions ({self.rule.describe()}), barycenters "
                 f"{p.barycenter_weighting}, opinions = {p.opinion_space}")
+        if self.memory.active:
+            m = self.memory
+            line += (f", coalition memory (decay {m.decay:g}, tau {m.tau}, formation {m.formation}; coalitions keep "
+                     "their names, and every member is served its coalition's fresh model)")
         if p.update_norm_bound > 0:
             line += f", updates clipped at {p.update_norm_bound:g} x the median norm"
         if p.min_coalition_fraction > 0:

@@ -78,7 +78,8 @@ def save_checkpoint(strategy: Any, result: Result, run_folder: str | Path, extra
     if keyless:  # (NodeOrder has warned that their sampling order is not reproducible either)
         log.warning("checkpoint: %d node(s) reported no stable identity in time; their state is saved under "
                     "today's node ids, which a restarted simulation does not keep", keyless)
-    plain, state_arrays = split_arrays({"store": state.store, "nodes": state.nodes, "sampler": state.sampler})
+    plain, state_arrays = split_arrays({"store": state.store, "nodes": state.nodes, "sampler": state.sampler,
+                                        "parts": state.parts})
     named = nodes_to_keys(plain, keys)  # (sketches are arrays now, not JSON text: nothing to walk in them)
     json.dumps(named)  # a part whose state is not JSON-able fails here, before anything is written
     meta = {**extra, "seed": state.seed, "state": named, "result": _result_to_json(result),
@@ -121,9 +122,12 @@ def restore(strategy: Any, grid: Grid, checkpoint: Checkpoint) -> Result:
               if key.startswith(_MODEL)}
     aggregator = {key.removeprefix(_AGGREGATOR): arrays for key, arrays in checkpoint.models.items()
                   if key.startswith(_AGGREGATOR)}
-    strategy.load_state(ServerState(server_round=checkpoint.server_round, seed=int(meta["seed"]), models=models,
-                                    store=state["store"], nodes=state["nodes"], sampler=state["sampler"],
-                                    aggregator=aggregator))
+    try:
+        strategy.load_state(ServerState(server_round=checkpoint.server_round, seed=int(meta["seed"]), models=models,
+                                        store=state["store"], nodes=state["nodes"], sampler=state["sampler"],
+                                        aggregator=aggregator, parts=state.get("parts", {})))
+    except ValueError as error:
+        raise CheckpointError(f"{checkpoint.path}: {error}") from error
     log.info("resumed from %s: round %d done, %d nodes mapped to this run's node ids", checkpoint.path,
              checkpoint.server_round, len(connected))
     return _result_from_json(meta.get("result", {}))

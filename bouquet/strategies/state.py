@@ -42,6 +42,9 @@ class ServerState:
         The sampler's JSON-able state.
     aggregator : dict of dict of numpy.ndarray
         An aggregator's own arrays (a server optimiser's moments), named per group; empty for most.
+    parts : dict
+        The JSON-able state of the aggregator's parts that keep one (coalition memory), by part name;
+        empty for most.
     """
 
     server_round: int
@@ -51,12 +54,14 @@ class ServerState:
     nodes: dict[str, Any] = field(default_factory=dict)
     sampler: dict[str, Any] = field(default_factory=dict)
     aggregator: dict[str, dict[str, Any]] = field(default_factory=dict)
+    parts: dict[str, Any] = field(default_factory=dict)
 
     def to_records(self) -> RecordDict:
         """A RecordDict: ``server`` (ConfigRecord: round, seed, JSON of the rest) and ``model.<key>`` records."""
         records: dict[str, Any] = {"server": ConfigRecord({
             "round": self.server_round, "seed": self.seed,
-            "state": json.dumps({"store": self.store, "nodes": self.nodes, "sampler": self.sampler})})}
+            "state": json.dumps({"store": self.store, "nodes": self.nodes, "sampler": self.sampler,
+                                 "parts": self.parts})})}
         for key, record in self.models.items():
             records[_MODEL_PREFIX + key] = record
         for key, arrays in self.aggregator.items():
@@ -75,4 +80,5 @@ class ServerState:
         aggregator = {name.removeprefix(_AGGREGATOR_PREFIX): {k: v.numpy() for k, v in record.items()}
                       for name, record in records.array_records.items() if name.startswith(_AGGREGATOR_PREFIX)}
         return cls(server_round=int(server["round"]), seed=int(server["seed"]), models=models,
-                   store=rest.get("store", {}), nodes=rest["nodes"], sampler=rest["sampler"], aggregator=aggregator)
+                   store=rest.get("store", {}), nodes=rest["nodes"], sampler=rest["sampler"], aggregator=aggregator,
+                   parts=rest.get("parts", {}))

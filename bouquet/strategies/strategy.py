@@ -118,9 +118,12 @@ class BouquetStrategy(Strategy):
     def state(self) -> ServerState:
         """The whole server state after the last completed round."""
         arrays = getattr(self.aggregator, "state_arrays", None)  # only aggregators with state of their own
+        parts = {type(part).__name__: part.state_dict() for part in _aggregator_parts(self.aggregator)
+                 if hasattr(part, "state_dict")}
         return ServerState(server_round=self.server_round, seed=self.seed, models=dict(self.models.state_records()),
                            store=self.models.state_dict(), nodes=self.nodes.state_dict(),
-                           sampler=self.sampler.state_dict(), aggregator=arrays() if arrays is not None else {})
+                           sampler=self.sampler.state_dict(), aggregator=arrays() if arrays is not None else {},
+                           parts={name: state for name, state in parts.items() if state})
 
     def load_state(self, state: ServerState) -> None:
         """Go on from ``state`` (a strategy built with the same parts and parameters)."""
@@ -135,6 +138,9 @@ class BouquetStrategy(Strategy):
             load(state.aggregator)
         elif state.aggregator:
             raise ValueError("the state holds an aggregator's arrays, but this strategy's aggregator keeps none")
+        for part in _aggregator_parts(self.aggregator):
+            if hasattr(part, "load_state_dict"):
+                part.load_state_dict(state.parts.get(type(part).__name__))
 
     def _emit(self, event: RoundEvent) -> None:
         for observer in self.observers:
@@ -415,3 +421,11 @@ class BouquetStrategy(Strategy):
         for line in io.StringIO(str(result)):
             log.info("\t%s", line.rstrip("\n"))
         return result
+
+
+def _aggregator_parts(aggregator: Any) -> list[Any]:
+    """The aggregator and the parts it wraps (``inner``: a server optimiser, an attack harness, ...)."""
+    parts = [aggregator]
+    while getattr(parts[-1], "inner", None) is not None:
+        parts.append(parts[-1].inner)
+    return parts
