@@ -66,6 +66,7 @@ __all__ = [
     "HKResult",
     "coalition_weights",
     "coalitions_from_opinions",
+    "gram_cosines",
     "gram_embedding",
     "gram_matrix",
     "hk_aggregate",
@@ -193,7 +194,7 @@ def _as_matrix(weights: np.ndarray) -> np.ndarray:
     return matrix
 
 
-def _cosines(gram: np.ndarray) -> np.ndarray:
+def gram_cosines(gram: np.ndarray) -> np.ndarray:
     """Cosine matrix from an opinion Gram matrix; zero opinions follow the module's rule."""
     norms = np.sqrt(np.clip(np.diag(gram), 0.0, None))
     zero = norms <= 0
@@ -207,7 +208,7 @@ def _cosines(gram: np.ndarray) -> np.ndarray:
 
 def neighbourhoods(opinions: np.ndarray, params: HKParams) -> np.ndarray:
     """Boolean S x S confidence matrix ``N[i, j] = j in N_i`` (diagonal always True)."""
-    cos = _cosines(opinions @ opinions.T)
+    cos = gram_cosines(opinions @ opinions.T)
     if params.geometry == "euclidean":
         distance = np.sqrt(np.clip(2.0 - 2.0 * cos, 0.0, None))  # ||z^_i - z^_j|| of unit vectors
         linked = distance <= params.tau

@@ -28,7 +28,7 @@ import numpy as np
 
 from bouquet.algorithms.coalitions_fixed_k import FixedKParams, fixed_k_coalitions
 from bouquet.algorithms.groups import agreement
-from bouquet.algorithms.hk import HKParams, gram_matrix, hk_coalitions
+from bouquet.algorithms.hk import HKParams, gram_cosines, gram_matrix, hk_coalitions
 from bouquet.algorithms.memory import (
     MemoryParams,
     MemoryState,
@@ -328,16 +328,14 @@ class Coalitions:
                                                                                                           matrix.dtype)
         gram = gram_matrix(opinions)
         moved = np.flatnonzero(np.diag(gram) > 0)  # a zero update has no direction: no evidence this round
-        norms = np.sqrt(np.diag(gram)[moved])
-        cosines = np.clip(gram[np.ix_(moved, moved)] / norms[:, None] / norms[None, :], -1.0, 1.0)
+        cosines = gram_cosines(gram[np.ix_(moved, moved)])
         state = self._state
         evidence = state.evidence.update([kept.node_ids[i] for i in moved], cosines, memory.decay)
         mean = evidence.mean()
         nodes = evidence.nodes
-        seen = np.triu(evidence.weight > 0, 1)
         tau = getattr(getattr(self.rule, "params", None), "tau", None)
-        if memory.tau == "otsu":
-            values = mean[seen]
+        if memory.tau == "otsu":  # over the pairs seen together
+            values = mean[np.triu(evidence.weight > 0, 1)]
             tau = otsu_threshold(values) if np.unique(values).size > 1 else tau
         report: dict[str, Any] = {"memory-clients": len(nodes)}
         if tau is not None:
