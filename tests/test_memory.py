@@ -12,6 +12,7 @@ from bouquet.algorithms.memory import (
     carry_keys,
     evidence_opinions,
     otsu_threshold,
+    together_evidence,
 )
 
 
@@ -193,3 +194,53 @@ def test_memory_state_survives_json_to_the_bit():
     back = MemoryState.from_json(json.loads(json.dumps(state.to_json())))
     assert back.evidence.nodes == evidence.nodes and back.names == state.names and back.next_id == 7
     assert np.array_equal(back.evidence.total, evidence.total) and np.array_equal(back.evidence.weight, evidence.weight)
+
+
+def test_together_evidence_counts_a_pair_only_when_one_of_the_two_was_in_a_coalition():
+    # coalitions {0, 1}, {2}, {3}: 0-1 together; 0-2, 0-3, 1-2, 1-3 apart (0 or 1 joined); 2-3 both alone
+    values, observed = together_evidence(np.array([5, 5, 7, 8]))
+    assert values.tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    assert observed.tolist() == [[True, True, True, True], [True, True, True, True],
+                                 [True, True, True, False], [True, True, False, True]]
+    alone_values, alone = together_evidence(np.arange(3))  # everybody alone: only the diagonal
+    assert np.array_equal(alone, np.eye(3, dtype=bool)) and np.array_equal(alone_values, np.eye(3))
+    with pytest.raises(ValueError, match="one coalition id per client"):
+        together_evidence(np.zeros((2, 2)))
+
+
+def test_a_masked_update_leaves_unobserved_pairs_undecayed_and_equals_a_pair_by_pair_reference():
+    evidence = PairEvidence().update([1, 2, 3], np.ones((3, 3)), decay=0.5)  # all together once
+    values, observed = together_evidence(np.array([0, 1, 2]))  # all alone: nothing changes but the diagonal
+    held = evidence.update([1, 2, 3], values, 0.5, observed)
+    assert np.array_equal(held.total - np.diag(np.diag(held.total)), evidence.total - np.diag(np.diag(evidence.total)))
+    assert held.mean().tolist() == np.ones((3, 3)).tolist()
+    # 1 joins 3 (2 alone): 1-3 together, 1-2 and 2-3 apart; with decay 0.5, n = 0.5 + 1 = 1.5
+    values, observed = together_evidence(np.array([0, 1, 0]))
+    moved = held.update([1, 2, 3], values, 0.5, observed)
+    assert moved.mean()[0, 2] == 1.0 and moved.mean()[0, 1] == pytest.approx(0.5 / 1.5)
+    rng = np.random.default_rng(5)
+    fast, slow = PairEvidence(), {}
+    for _ in range(10):
+        nodes = [int(n) for n in rng.choice(8, size=rng.integers(2, 7), replace=False)]
+        values, observed = together_evidence(rng.integers(0, 3, size=len(nodes)))
+        fast = fast.update(nodes, values, 0.7, observed)
+        for (i, a), (j, b) in itertools.product(enumerate(nodes), repeat=2):
+            if observed[i, j]:
+                s, n = slow.get((a, b), (0.0, 0.0))
+                slow[(a, b)] = (0.7 * s + values[i, j], 0.7 * n + 1.0)
+    for (a, b), (s, n) in slow.items():
+        i, j = fast.nodes.index(a), fast.nodes.index(b)
+        assert fast.total[i, j] == pytest.approx(s) and fast.weight[i, j] == pytest.approx(n)
+    assert np.count_nonzero(fast.weight) == len(slow)
+    with pytest.raises(ValueError, match="symmetric"):
+        fast.update([1, 2], np.eye(2), 1.0, np.array([[True, True], [False, True]]))
+
+
+def test_together_evidence_needs_linkage_and_majority_needs_together():
+    MemoryParams(active=True, evidence="together", formation="linkage", tau="majority")
+    with pytest.raises(ValueError, match="coalition-memory-evidence 'together' needs coalition-memory-formation"):
+        MemoryParams(active=True, evidence="together")
+    with pytest.raises(ValueError, match="'majority' is a share of rounds together"):
+        MemoryParams(active=True, tau="majority", formation="linkage")
+    with pytest.raises(ValueError, match="coalition-memory-evidence must be one of"):
+        MemoryParams(active=True, evidence="distance", formation="linkage")

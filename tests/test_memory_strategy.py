@@ -161,3 +161,25 @@ def test_a_client_without_an_update_keeps_its_remembered_coalition_or_stands_alo
     assert result.assignment[2] == result.assignment[1] == "c0" and result.assignment[3] == "c1"
     assert result.assignment[5] == "c2" and aggregator._state.evidence.nodes == (1, 2, 3, 4)
     np.testing.assert_allclose(result.groups["c0"]["w"], [1.5, 1.0, 1.0])  # 1's and 2's models, uniform
+
+
+def test_with_together_evidence_round_one_is_the_rules_own_and_a_group_whose_clients_fall_alone_is_kept():
+    plain = Coalitions(HKRule(HKParams(geometry="cosine", tau=0.5)), UPDATES)
+    together = memory_hk(evidence="together", formation="linkage", tau="majority")
+    first, alone = together.aggregate(updates(1, DIRECTIONS)), plain.aggregate(updates(1, DIRECTIONS))
+    assert first.labels.tolist() == alone.labels.tolist() == [0, 0, 1, 1]
+    assert first.report["round-coalitions"] == 2 and first.report["memory-tau"] == 0.5
+    # round 2: the updates are noise (every cosine below tau): the rule leaves each client alone
+    noise = {1: [1.0, 0.0, 0.0], 2: [0.0, 1.0, 0.0], 3: [0.0, 0.0, 1.0], 4: [-1.0, 0.0, 0.0]}
+    assert len(set(plain.aggregate(updates(2, noise)).labels.tolist())) == 4
+    held = together.aggregate(updates(2, noise))
+    assert held.report["round-coalitions"] == 4 and held.assignment == first.assignment  # the groups hold
+    # the cosine evidence on the same rounds dissolves them (mean cosine of 1-2 drops below tau)
+    cosine = memory_hk(formation="linkage")
+    cosine.aggregate(updates(1, DIRECTIONS))
+    assert len(set(cosine.aggregate(updates(2, noise)).assignment.values())) == 4
+    # round 3: 1 joins 3 in a coalition, twice: 1 is now apart from 2 in the majority of its informative rounds
+    swap = {1: [0.0, 1.0, 0.0], 2: [1.0, 0.0, 0.0], 3: [0.0, 1.0, 0.05], 4: [0.0, 0.0, 1.0]}
+    together.aggregate(updates(3, swap))
+    moved = together.aggregate(updates(4, swap))
+    assert moved.assignment[1] == moved.assignment[3] and moved.assignment[1] != moved.assignment[2]

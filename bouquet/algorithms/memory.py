@@ -17,6 +17,13 @@ over *every* client with evidence from an opinion matrix whose Gram matrix is ``
 :func:`carry_keys` gives each new coalition the key of the previous one most of its members held, so
 coalitions (and their models) keep their names from round to round.
 
+With ``evidence = "together"`` the value a round adds for a pair is not a cosine but whether the
+aggregator's own rule put the two in one coalition that round (:func:`together_evidence`), and only the pairs
+with at least one of the two in a coalition are updated: ``E_ij`` is then the share of the informative rounds
+the pair spent together (a co-association matrix, Fred and Jain 2005), and average linkage at the majority
+(0.5) forms the coalitions.  The first round's coalitions are the rule's own, and a group the rule stops
+finding once its model has converged (every member alone) keeps the evidence it had.
+
 No Flower import: the strategy adapter is :class:`bouquet.strategies.aggregation.Coalitions`.
 """
 
@@ -32,13 +39,17 @@ import numpy as np
 from bouquet.algorithms.hk import gram_embedding
 from bouquet.params import require
 
-__all__ = ["MemoryParams", "MemoryState", "PairEvidence", "average_linkage", "carry_keys", "evidence_opinions",
-           "otsu_threshold"]
+__all__ = ["MAJORITY", "MemoryParams", "MemoryState", "PairEvidence", "average_linkage", "carry_keys",
+           "evidence_opinions", "otsu_threshold", "together_evidence"]
 
 #: How the confidence bound with memory is set.
-MEMORY_TAU = ("given", "otsu")
+MEMORY_TAU = ("given", "otsu", "majority")
 #: How coalitions are formed from the evidence.
 MEMORY_FORMATION = ("rule", "linkage")
+#: What a round adds to the evidence of a pair.
+MEMORY_EVIDENCE = ("cosine", "together")
+#: The ``majority`` threshold: linked when together in more than half of the rounds that informed the pair.
+MAJORITY = 0.5
 
 
 @dataclass(frozen=True)
@@ -55,15 +66,24 @@ class MemoryParams:
         The similarity a coalition needs: the aggregator's (``hk-tau``), or each round the threshold that
         best splits the evidence values into two groups (:func:`otsu_threshold`; needs no test error and no
         validation run).
+        ``"majority"`` is 0.5 on the ``together`` evidence (Fred and Jain's majority vote on a co-association
+        matrix): linked when together in more than half of the rounds that informed the pair.
     formation : {"rule", "linkage"}, default "rule"
         Coalitions from the evidence by the aggregator's own rule on :func:`evidence_opinions` (HK, or
         fixed-K's k-means), or by :func:`average_linkage` at ``tau``.
+    evidence : {"cosine", "together"}, default "cosine"
+        What a round adds for a pair: the cosine of the two opinions, or whether the aggregator's rule put the
+        two in one coalition that round (:func:`together_evidence`: 1 together, 0 apart with at least one of
+        them in a coalition of two or more, nothing when both were alone: a round with no evidence either
+        way).  ``together`` accumulates the rule's own per-round coalitions (evidence accumulation, Fred and
+        Jain 2005) and needs ``formation = "linkage"``.
     """
 
     active: bool = False
     decay: float = 1.0
     tau: str = "given"
     formation: str = "rule"
+    evidence: str = "cosine"
 
     def __post_init__(self) -> None:
         require(isinstance(self.decay, int | float) and math.isfinite(self.decay) and 0.0 < self.decay <= 1.0,
@@ -71,6 +91,14 @@ class MemoryParams:
         require(self.tau in MEMORY_TAU, "tau", f"coalition-memory-tau must be one of {MEMORY_TAU}, got {self.tau!r}")
         require(self.formation in MEMORY_FORMATION, "formation",
                 f"coalition-memory-formation must be one of {MEMORY_FORMATION}, got {self.formation!r}")
+        require(self.evidence in MEMORY_EVIDENCE, "evidence",
+                f"coalition-memory-evidence must be one of {MEMORY_EVIDENCE}, got {self.evidence!r}")
+        require(self.evidence == "cosine" or self.formation == "linkage", "formation",
+                "coalition-memory-evidence 'together' needs coalition-memory-formation = 'linkage' (the rule "
+                "already made the round's coalitions the evidence counts)")
+        require(self.tau != "majority" or self.evidence == "together", "tau",
+                "coalition-memory-tau 'majority' is a share of rounds together: it needs "
+                "coalition-memory-evidence = 'together'")
 
 
 @dataclass(frozen=True)
@@ -99,11 +127,13 @@ class PairEvidence:
             raise ValueError(f"PairEvidence: total and weight must be {n} x {n}, got {np.shape(self.total)} "
                              f"and {np.shape(self.weight)}")
 
-    def update(self, node_ids: Sequence[int], cosines: np.ndarray, decay: float) -> PairEvidence:
+    def update(self, node_ids: Sequence[int], cosines: np.ndarray, decay: float,
+               observed: np.ndarray | None = None) -> PairEvidence:
         """The evidence after a round where ``node_ids`` took part with pairwise ``cosines`` (S x S).
 
         New nodes are appended; only the pairs among ``node_ids`` change (``s <- decay s + c``,
-        ``n <- decay n + 1``), the diagonal included.
+        ``n <- decay n + 1``), the diagonal included, and of those only the ones ``observed`` (S x S
+        booleans, symmetric; all when None) marks: the others keep their evidence, undecayed.
         """
         node_ids = [int(node) for node in node_ids]
         cosines = np.asarray(cosines, dtype=np.float64)
@@ -123,8 +153,15 @@ class PairEvidence:
         index = {node: i for i, node in enumerate(nodes)}
         at = np.array([index[node] for node in node_ids], dtype=int)
         block = np.ix_(at, at)
-        total[block] = decay * total[block] + cosines
-        weight[block] = decay * weight[block] + 1.0
+        if observed is None:
+            total[block] = decay * total[block] + cosines
+            weight[block] = decay * weight[block] + 1.0
+        else:
+            observed = np.asarray(observed, dtype=bool)
+            if observed.shape != cosines.shape or not (observed == observed.T).all():
+                raise ValueError(f"observed must be a symmetric {cosines.shape} boolean mask")
+            total[block] = np.where(observed, decay * total[block] + cosines, total[block])
+            weight[block] = np.where(observed, decay * weight[block] + 1.0, weight[block])
         return PairEvidence(nodes, total, weight)
 
     def mean(self) -> np.ndarray:
@@ -143,6 +180,25 @@ class PairEvidence:
         at = np.array([index[node] for node in keep], dtype=int)
         block = np.ix_(at, at)
         return PairEvidence(tuple(int(node) for node in keep), self.total[block].copy(), self.weight[block].copy())
+
+
+def together_evidence(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What one round's coalitions say about each pair: ``(values, observed)``, both S x S.
+
+    ``values[i, j]`` is 1 when ``labels`` put ``i`` and ``j`` in one coalition, else 0; ``observed[i, j]``
+    is false only when both were alone (a singleton each): with no coalition to join or leave, the round
+    says nothing about the pair (a converged model's updates are mostly noise, and then every client is
+    alone; counting that as "apart" would dissolve every coalition).  The diagonal is observed, 1.
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"labels must be one coalition id per client, got shape {labels.shape}")
+    together = labels[:, None] == labels[None, :]
+    coalition = np.unique(labels, return_inverse=True)[1]
+    joined = np.bincount(coalition)[coalition] > 1  # in a coalition of two or more
+    observed = joined[:, None] | joined[None, :]
+    np.fill_diagonal(observed, True)
+    return together.astype(np.float64), observed
 
 
 def evidence_opinions(evidence: np.ndarray) -> np.ndarray:

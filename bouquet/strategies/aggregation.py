@@ -30,12 +30,14 @@ from bouquet.algorithms.coalitions_fixed_k import FixedKParams, fixed_k_coalitio
 from bouquet.algorithms.groups import agreement
 from bouquet.algorithms.hk import HKParams, gram_cosines, gram_matrix, hk_coalitions
 from bouquet.algorithms.memory import (
+    MAJORITY,
     MemoryParams,
     MemoryState,
     average_linkage,
     carry_keys,
     evidence_opinions,
     otsu_threshold,
+    together_evidence,
 )
 from bouquet.algorithms.robust import clip_updates, robust_coalition_weights
 from bouquet.strategies.params import CoalitionParams
@@ -184,7 +186,8 @@ class Coalitions:
     coalitions smaller than that fraction of the round out of the shared model (``left-out`` clients; their
     coalition's barycenter is still their personal model).  See :mod:`bouquet.algorithms.robust`.
 
-    Coalition memory (``memory``; off by default, the paper): each round's opinion cosines are added to a
+    Coalition memory (``memory``; off by default, the paper): each round's opinion cosines (or, with
+    ``evidence = "together"``, whether the rule put a pair in one coalition this round) are added to a
     running per-pair evidence (:class:`bouquet.algorithms.memory.PairEvidence`, pairs updated only when both
     were sampled); coalitions are formed over every client seen, from the evidence, and keep the name most
     of their members held (:func:`bouquet.algorithms.memory.carry_keys`).  Every client of a coalition with
@@ -300,11 +303,20 @@ class Coalitions:
                  "model-norm": float(np.linalg.norm(barycenters[c].astype(np.float64)))} for c in range(count)]
         return [layout.unflatten(row, template) for row in barycenters], rows
 
+    def _opinions(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> np.ndarray:
+        """The rows the rule reads: the models, or their updates ``w_i - theta_i``."""
+        if self.params.opinion_space == "weights":
+            return matrix
+        return matrix - kept.reference_matrix(layout, matrix.dtype)
+
     def _partition(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> tuple[np.ndarray, Partition]:
         if self.params.opinion_space == "weights":
             partition = self.rule.partition(matrix, kept.node_ids, kept)
             return partition.labels, partition
-        opinions = matrix - kept.reference_matrix(layout, matrix.dtype)
+        return self._rule_on(self._opinions(matrix, layout, kept), kept)
+
+    def _rule_on(self, opinions: np.ndarray, kept: ClientUpdates) -> tuple[np.ndarray, Partition]:
+        """The rule on the opinions that have a direction; an all-zero row (no update) is a singleton."""
         still = _row_squares(opinions) == 0
         if not still.any():
             partition = self.rule.partition(opinions, kept.node_ids, kept)
@@ -324,16 +336,23 @@ class Coalitions:
         """Coalitions from the evidence of every round so far: the round's labels (0..K-1) and facts, each
         label's name, and the clients served each named coalition's fresh model."""
         memory = self.memory
-        opinions = matrix if self.params.opinion_space == "weights" else matrix - kept.reference_matrix(layout,
-                                                                                                          matrix.dtype)
-        gram = gram_matrix(opinions)
-        moved = np.flatnonzero(np.diag(gram) > 0)  # a zero update has no direction: no evidence this round
-        cosines = gram_cosines(gram[np.ix_(moved, moved)])
+        opinions = self._opinions(matrix, layout, kept)
         state = self._state
-        evidence = state.evidence.update([kept.node_ids[i] for i in moved], cosines, memory.decay)
+        facts: dict[str, Any] = {}
+        if memory.evidence == "together":  # the rule's own coalitions this round, counted per pair
+            round_labels, this_round = self._rule_on(opinions, kept)
+            moved = np.flatnonzero(_has_direction(opinions))  # a zero update has no direction: no evidence
+            values, observed = together_evidence(round_labels[moved])
+            evidence = state.evidence.update([kept.node_ids[i] for i in moved], values, memory.decay, observed)
+            facts = {**this_round.report, "round-coalitions": int(np.unique(round_labels).size)}
+        else:
+            gram = gram_matrix(opinions)
+            moved = np.flatnonzero(np.diag(gram) > 0)  # a zero update has no direction: no evidence this round
+            cosines = gram_cosines(gram[np.ix_(moved, moved)])
+            evidence = state.evidence.update([kept.node_ids[i] for i in moved], cosines, memory.decay)
         mean = evidence.mean()
         nodes = evidence.nodes
-        tau = getattr(getattr(self.rule, "params", None), "tau", None)
+        tau = MAJORITY if memory.tau == "majority" else getattr(getattr(self.rule, "params", None), "tau", None)
         if memory.tau == "otsu":  # over the pairs seen together
             values = mean[np.triu(evidence.weight > 0, 1)]
             tau = otsu_threshold(values) if np.unique(values).size > 1 else tau
@@ -342,7 +361,6 @@ class Coalitions:
             report["memory-tau"] = float(tau)
         if memory.formation == "linkage":
             everyone = average_linkage(mean, float(tau))
-            facts: dict[str, Any] = {}
         else:
             rule = self.rule.with_tau(float(tau)) if memory.tau == "otsu" and tau is not None else self.rule
             ruled = rule.partition(evidence_opinions(mean), nodes, kept)
@@ -382,7 +400,8 @@ class Coalitions:
                 f"{p.barycenter_weighting}, opinions = {p.opinion_space}")
         if self.memory.active:
             m = self.memory
-            line += (f", coalition memory (decay {m.decay:g}, tau {m.tau}, formation {m.formation}; coalitions keep "
+            line += (f", coalition memory ({m.evidence} evidence, decay {m.decay:g}, tau {m.tau}, formation "
+                     f"{m.formation}; coalitions keep "
                      "their names, and every member is served its coalition's fresh model)")
         if p.update_norm_bound > 0:
             line += f", updates clipped at {p.update_norm_bound:g} x the median norm"
