@@ -183,3 +183,19 @@ def test_with_together_evidence_round_one_is_the_rules_own_and_a_group_whose_cli
     together.aggregate(updates(3, swap))
     moved = together.aggregate(updates(4, swap))
     assert moved.assignment[1] == moved.assignment[3] and moved.assignment[1] != moved.assignment[2]
+
+
+def test_fixed_k_with_together_evidence_starts_from_its_own_coalitions_and_takes_the_majority_threshold():
+    params = MemoryParams(active=True, evidence="together", formation="linkage", tau="majority")
+    aggregator = Coalitions(FixedKRule(FixedKParams(k=2, geometry="cosine")), UPDATES, params)
+    plain = Coalitions(FixedKRule(FixedKParams(k=2, geometry="cosine")), UPDATES)
+    first = aggregator.aggregate(updates(1, DIRECTIONS))
+    assert first.labels.tolist() == plain.aggregate(updates(1, DIRECTIONS)).labels.tolist() == [0, 0, 1, 1]
+    assert first.report["memory-tau"] == 0.5
+    config = AppConfig.from_run_config({"strategy": "fixed-k-cosine", "coalition-memory": True,
+                                        "coalition-memory-evidence": "together",
+                                        "coalition-memory-formation": "linkage", "coalition-memory-tau": "majority"})
+    assert config.memory.evidence == "together"
+    with pytest.raises(ConfigError, match="coalition-memory-evidence 'together' needs"):
+        AppConfig.from_run_config({"strategy": "hk-cosine", "coalition-memory": True,
+                                   "coalition-memory-evidence": "together"})
