@@ -215,6 +215,41 @@ def paired_table(errors: pd.DataFrame, references: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def at_rounds_table(errors: pd.DataFrame, records: pd.DataFrame, rounds: list[int]) -> pd.DataFrame:
+    """Per arm and round R: the mean per-client error (mean over seeds), and the round's ARI (mean and lowest
+    seed) and K (mean); rounds an arm did not reach are left out."""
+    trained = errors[~errors["arm"].str.startswith(NAIVE)]
+    rows = []
+    for (arm, at), group in trained[trained["round"].isin(rounds)].groupby(["arm", "round"]):
+        rec = records[(records["arm"] == arm) & (records["round"] == at)]
+        rows.append({"arm": arm, "round": int(at), "error": group.groupby("seed")["error"].mean().mean(),
+                     "seeds": group["seed"].nunique(), "ARI": rec["ari"].mean(), "ARI (lowest seed)": rec["ari"].min(),
+                     "K": rec["k"].mean()})
+    return pd.DataFrame(rows)
+
+
+def validation_choices(runs: dict[str, list[RunFolder]], families: list[str], seeds: list[str]) -> pd.DataFrame:
+    """``NAME=ARM,ARM,...``: per name, the arm with the lowest mean validation MAE (``val-mae-litres-mean``
+    of the runs' summaries) over ``seeds`` (:func:`bouquet.tuning.choose_on_validation`; no test number is
+    read)."""
+    from bouquet.tuning import choose_on_validation
+
+    rows = []
+    for family in families:
+        name, _, arms = family.partition("=")
+        for arm in arms.split(","):
+            if arm not in runs:
+                raise SystemExit(f"--choose {family!r}: no runs of arm {arm!r}")
+            for run in runs[arm]:
+                if run.path.name not in seeds:
+                    continue
+                value = run.summary().get("val-mae-litres-mean")
+                if value is None:
+                    raise SystemExit(f"--choose: {run.path} has no validation MAE (run with validation-fraction > 0)")
+                rows.append({"arm": name, "candidate": arm, "seed": run.path.name, "val-mae": value})
+    return choose_on_validation(pd.DataFrame(rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("base", type=Path, help="results/groups/<data>-<profile>")
@@ -222,6 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paired-against", action="append", default=None, metavar="ARM",
                         help="write paired.md: each arm's final error minus this arm's, per seed, with paired 95 %% "
                              "intervals (repeatable; default: fedavg where it ran)")
+    parser.add_argument("--at-round", type=int, action="append", default=None, metavar="R",
+                        help="also write at_rounds.md (error, ARI, K per arm at round R) and the paired differences "
+                             "at round R in paired.md (repeatable)")
+    parser.add_argument("--choose", action="append", default=None, metavar="NAME=ARM,ARM,...",
+                        help="water: choose among these arms on validation MAE over --tuning-seeds; writes "
+                             "choices.md (repeatable)")
+    parser.add_argument("--tuning-seeds", nargs="+", type=int, default=[0, 1], metavar="K",
+                        help="the seeds --choose reads (default: 0 1)")
     args = parser.parse_args(argv)
     out = args.out or args.base / "figures"
     out.mkdir(parents=True, exist_ok=True)
@@ -270,8 +313,21 @@ def main(argv: list[str] | None = None) -> int:
     (out / "table.md").write_text(markdown_table(table))
     print(markdown_table(table))
     references = args.paired_against or (["fedavg"] if "fedavg" in runs else [])
+    if args.at_round:
+        at = at_rounds_table(errors, records, sorted(args.at_round))
+        at.to_csv(out / "at_rounds.csv", index=False)
+        (out / "at_rounds.md").write_text(markdown_table(at))
+        print(markdown_table(at))
+    if args.choose:
+        choices = validation_choices(runs, args.choose, [f"seed-{k}" for k in args.tuning_seeds])
+        choices.to_csv(out / "choices.csv", index=False)
+        (out / "choices.md").write_text(markdown_table(choices))
+        print(markdown_table(choices))
     if references:
-        paired = paired_table(errors, references)
+        paired = paired_table(errors, references).assign(round="final")
+        for at_round in sorted(args.at_round or []):
+            paired = pd.concat([paired, paired_table(errors[errors["round"] <= at_round], references)
+                                .assign(round=at_round)], ignore_index=True)
         paired.to_csv(out / "paired.csv", index=False)
         (out / "paired.md").write_text(markdown_table(paired))
         print(markdown_table(paired))

@@ -117,3 +117,31 @@ def test_client_errors_of_data_without_groups(tmp_path):
         run / "evaluate_clients.csv", index=False)
     errors, unit = figures.client_errors({"fedavg": [RunFolder(run)]})
     assert unit == "MAE (L/day)" and errors["group"].isna().all() and errors["error"].tolist() == [10.0, 30.0]
+
+
+def test_errors_at_rounds_and_the_choice_on_validation_are_computed_by_hand(tmp_path):
+    from bouquet.results import RunFolder
+
+    figures = script(FIGURES)
+    errors = pd.DataFrame({"arm": ["a"] * 4 + ["b"] * 4, "seed": ["seed-0", "seed-0", "seed-1", "seed-1"] * 2,
+                           "round": [1, 2, 1, 2] * 2, "error": [10.0, 6.0, 20.0, 8.0, 12.0, 4.0, 22.0, 2.0]})
+    records = pd.DataFrame({"arm": ["a", "a", "b", "b"], "seed": ["seed-0", "seed-1"] * 2, "round": [2] * 4,
+                            "ari": [1.0, 0.5, 0.2, 0.4], "k": [4, 3, 20, 18]})
+    at = figures.at_rounds_table(errors, records, [2]).set_index("arm")
+    assert at.loc["a", "error"] == 7.0 and at.loc["a", "ARI"] == 0.75 and at.loc["a", "ARI (lowest seed)"] == 0.5
+    assert at.loc["b", "error"] == 3.0 and at.loc["b", "K"] == 19
+    paired = figures.paired_table(errors[errors["round"] <= 1], ["a"]).set_index("arm")
+    assert paired.loc["b", "difference"] == pytest.approx(2.0)  # round 1: (12 - 10 + 22 - 20) / 2
+    runs = {}
+    for arm, values in {"tau-0.5": (30.0, 32.0, 1.0), "tau-0.9": (31.0, 30.0, 99.0)}.items():
+        for seed, value in enumerate(values):  # seed 2 is not a tuning seed: its number is never read
+            folder = tmp_path / arm / f"seed-{seed}"
+            folder.mkdir(parents=True)
+            (folder / "summary.json").write_text(json.dumps({"val-mae-litres-mean": value}))
+            runs.setdefault(arm, []).append(RunFolder(folder))
+    choices = figures.validation_choices(runs, ["hk=tau-0.5,tau-0.9"], ["seed-0", "seed-1"]).set_index("candidate")
+    assert choices.loc["tau-0.9", "chosen"] and not choices.loc["tau-0.5", "chosen"]
+    assert choices.loc["tau-0.9", "val-mae-mean"] == 30.5 and choices.loc["tau-0.5", "seeds"] == 2
+    (tmp_path / "tau-0.9" / "seed-0" / "summary.json").write_text("{}")
+    with pytest.raises(SystemExit, match="no validation MAE"):
+        figures.validation_choices(runs, ["hk=tau-0.5,tau-0.9"], ["seed-0", "seed-1"])
