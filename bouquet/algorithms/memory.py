@@ -171,16 +171,6 @@ class PairEvidence:
         np.fill_diagonal(mean, 1.0)
         return mean
 
-    def subset(self, keep: Sequence[int]) -> PairEvidence:
-        """The evidence restricted to the nodes ``keep`` (in that order)."""
-        index = {node: i for i, node in enumerate(self.nodes)}
-        missing = [node for node in keep if node not in index]
-        if missing:
-            raise KeyError(f"no evidence for node(s) {missing}")
-        at = np.array([index[node] for node in keep], dtype=int)
-        block = np.ix_(at, at)
-        return PairEvidence(tuple(int(node) for node in keep), self.total[block].copy(), self.weight[block].copy())
-
 
 def together_evidence(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """What one round's coalitions say about each pair: ``(values, observed)``, both S x S.
