@@ -313,11 +313,14 @@ class Coalitions:
         if self.params.opinion_space == "weights":
             partition = self.rule.partition(matrix, kept.node_ids, kept)
             return partition.labels, partition
-        return self._rule_on(self._opinions(matrix, layout, kept), kept)
+        opinions = self._opinions(matrix, layout, kept)
+        return self._rule_on(opinions, _has_direction(opinions), kept)
 
-    def _rule_on(self, opinions: np.ndarray, kept: ClientUpdates) -> tuple[np.ndarray, Partition]:
-        """The rule on the opinions that have a direction; an all-zero row (no update) is a singleton."""
-        still = _row_squares(opinions) == 0
+    def _rule_on(self, opinions: np.ndarray, direction: np.ndarray, kept: ClientUpdates
+                 ) -> tuple[np.ndarray, Partition]:
+        """The rule on the opinions that have a ``direction`` (:func:`_has_direction`); an all-zero row (no
+        update) is a singleton."""
+        still = ~direction
         if not still.any():
             partition = self.rule.partition(opinions, kept.node_ids, kept)
             return partition.labels, partition
@@ -340,8 +343,9 @@ class Coalitions:
         state = self._state
         facts: dict[str, Any] = {}
         if memory.evidence == "together":  # the rule's own coalitions this round, counted per pair
-            round_labels, this_round = self._rule_on(opinions, kept)
-            moved = np.flatnonzero(_has_direction(opinions))  # a zero update has no direction: no evidence
+            direction = _has_direction(opinions)
+            round_labels, this_round = self._rule_on(opinions, direction, kept)
+            moved = np.flatnonzero(direction)  # a zero update has no direction: no evidence this round
             values, observed = together_evidence(round_labels[moved])
             evidence = state.evidence.update([kept.node_ids[i] for i in moved], values, memory.decay, observed)
             facts = {**this_round.report, "round-coalitions": int(np.unique(round_labels).size)}
