@@ -8,10 +8,16 @@ training every round), keeps each round's cosine matrix of the updates ``w_i - t
 the adjusted Rand index against the true groups of the coalitions each rule forms from what it has seen so
 far: HK and average linkage on that round's cosines alone (no memory; HK is the paper) and both on the pair evidence
 (:class:`bouquet.algorithms.memory.PairEvidence`) for each decay and tau (a fixed grid, and Otsu's threshold
-of the evidence values).  Only the groups' ground truth is used, never a test error.  The updates come from
+of the evidence values) and memory of HK's own coalitions (``together``: the share of informative rounds a
+pair spent in one coalition, average linkage at the majority, as ``coalition-memory-evidence = "together"``).
+Only the groups' ground truth is used, never a test error.  The updates come from
 FedAvg, not from clients training their coalition's model, so this probes the first rounds (before the
 coalition models pull the groups further apart) and is a lower bound later on.  Writes ``<out>/<data>.csv``
-(one row per seed, round and rule) and prints the mean ARI per round; each seed's cosines are kept in\n``<out>/<data>-seed<S>-rounds<R>.npz``, so scoring again skips the training.
+(one row per seed, round and rule) and prints the mean ARI per round, and per round the median cosine within
+and between the true groups; each seed's cosines (of the whole update and of each parameter tensor alone) are
+kept in ``<out>/<data>-seed<S>-rounds<R>.npz``, so scoring again skips the training.  ``--layer-mean`` scores
+the mean over parameter tensors of each tensor's update cosines (every layer one vote, however many weights
+it has) instead of the cosines of the whole update.
 """
 
 from __future__ import annotations
@@ -29,7 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from group_cosines import EXPERIMENTS, ROOT, clients, cosine_matrix, flat
 
 from bouquet.algorithms.hk import HKParams, hk_coalitions
-from bouquet.algorithms.memory import PairEvidence, average_linkage, evidence_opinions, otsu_threshold
+from bouquet.algorithms.memory import (
+    MAJORITY,
+    PairEvidence,
+    average_linkage,
+    evidence_opinions,
+    otsu_threshold,
+    together_evidence,
+)
 from bouquet.config import AppConfig
 from bouquet.experiments import layered_run_config
 
@@ -59,15 +72,17 @@ def off_diagonal(matrix: np.ndarray) -> np.ndarray:
     return matrix[np.triu_indices(len(matrix), 1)]
 
 
-def rounds_of_cosines(data: str, seed: int, rounds: int, count: int | None) -> tuple[list[np.ndarray], np.ndarray]:
-    """Per round, the update cosine matrix of FedAvg's clients; and the true groups."""
+def rounds_of_cosines(data: str, seed: int, rounds: int,
+                      count: int | None) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """Per round, the update cosine matrix of FedAvg's clients and one per parameter tensor (L x S x S); and the
+    true groups."""
     layers = layered_run_config(EXPERIMENTS, [("data", data), ("profiles", "quick")], ROOT)
     count = count or int(layers.pop("num-supernodes", 20))
     layers.pop("num-supernodes", None)
     config = AppConfig.from_run_config({**layers, "seed": seed})
     tasks, model = clients(config, count)
     groups = np.array([task.group for task in tasks])
-    out = []
+    out, by_layer = [], []
     for round_ in range(1, rounds + 1):
         theta = flat(model)
         trained, sizes = [], []
@@ -79,19 +94,41 @@ def rounds_of_cosines(data: str, seed: int, rounds: int, count: int | None) -> t
             sizes.append(task.num_examples)
         weights = np.array([flat(m) for m in trained])
         out.append(cosine_matrix(weights - theta))
+        initial = [p.detach().double().flatten().numpy() for p in model.parameters()]
+        tensors = [[p.detach().double().flatten().numpy() for p in m.parameters()] for m in trained]
+        by_layer.append(np.array([cosine_matrix(np.array([own[layer] for own in tensors]) - start)
+                                  for layer, start in enumerate(initial)]))
         shares = np.array(sizes, dtype=np.float64) / sum(sizes)
         state = {name: sum(share * m.state_dict()[name].double() for share, m in zip(shares, trained, strict=True))
                  for name in model.state_dict()}
         model.load_state_dict({name: value.to(model.state_dict()[name].dtype) for name, value in state.items()})
-    return out, groups
+    return out, by_layer, groups
+
+
+def separation(cosines: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
+    """Median cosine of the pairs within a true group and of the pairs across groups."""
+    upper = np.triu_indices(len(groups), 1)
+    same = groups[upper[0]] == groups[upper[1]]
+    values = cosines[upper]
+    return float(np.median(values[same])), float(np.median(values[~same]))
 
 
 def score(cosines_by_round: list[np.ndarray], groups: np.ndarray) -> list[dict]:
     rows = []
     nodes = list(range(len(groups)))
     evidence = {decay: PairEvidence() for decay in DECAYS}
+    together = {tau: PairEvidence() for tau in TAUS}
     for round_, cosines in enumerate(cosines_by_round, start=1):
         opinions = evidence_opinions(cosines)
+        within, between = separation(cosines, groups)
+        rows.append({"round": round_, "rule": "median cosine within groups", "ari": within})
+        rows.append({"round": round_, "rule": "median cosine between groups", "ari": between})
+        for tau in TAUS:
+            values, observed = together_evidence(hk_labels(opinions, tau))
+            together[tau] = together[tau].update(nodes, values, 1.0, observed=observed)
+            labels = linkage_labels(together[tau].mean(), MAJORITY)
+            rows.append({"round": round_, "rule": f"memory together, HK tau {tau}",
+                         "ari": adjusted_rand_score(groups, labels), "K": int(labels.max()) + 1, "tau": tau})
         for tau in TAUS:
             labels = hk_labels(opinions, tau)
             rows.append({"round": round_, "rule": f"no memory, tau {tau}", "ari": adjusted_rand_score(groups, labels),
@@ -127,25 +164,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/groups/memory-probe"))
     parser.add_argument("--centered", action="store_true",
                         help="score the cosines of the updates less the round's mean (unit) update")
+    parser.add_argument("--layer-mean", action="store_true",
+                        help="score the mean over parameter tensors of each tensor's update cosines")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
     for seed in args.seeds:
         cache = args.out / f"{args.data}-seed{seed}-rounds{args.rounds}.npz"  # the training is the slow part
-        if cache.exists():
-            stored = np.load(cache)
-            cosines_by_round, groups = list(stored["cosines"]), stored["groups"]
-        else:
-            cosines_by_round, groups = rounds_of_cosines(args.data, seed, args.rounds, args.clients)
+        stored = np.load(cache) if cache.exists() else None
+        if stored is not None and "layers" in stored:
+            cosines_by_round, by_layer, groups = list(stored["cosines"]), list(stored["layers"]), stored["groups"]
+        else:  # no cache, or one written before the per-tensor cosines were kept
+            cosines_by_round, by_layer, groups = rounds_of_cosines(args.data, seed, args.rounds, args.clients)
             args.out.mkdir(parents=True, exist_ok=True)
-            np.savez(cache, cosines=np.array(cosines_by_round), groups=groups)
+            np.savez(cache, cosines=np.array(cosines_by_round), layers=np.array(by_layer), groups=groups)
+        if args.layer_mean:
+            cosines_by_round = [layers.mean(axis=0) for layers in by_layer]
         if args.centered:
             cosines_by_round = [centered(cosines) for cosines in cosines_by_round]
         rows += [{"seed": seed, **row} for row in score(cosines_by_round, groups)]
         print(f"seed {seed}: done", flush=True)
     frame = pd.DataFrame(rows)
     args.out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(args.out / f"{args.data}{'-centered' if args.centered else ''}.csv", index=False)
+    suffix = ("-layer-mean" if args.layer_mean else "") + ("-centered" if args.centered else "")
+    frame.to_csv(args.out / f"{args.data}{suffix}.csv", index=False)
     table = frame.pivot_table(index="rule", columns="round", values="ari", aggfunc="mean").round(2)
     worst = frame.pivot_table(index="rule", columns="round", values="ari", aggfunc="min").round(2)
     print("mean ARI over seeds, per round\n" + table.to_string())
