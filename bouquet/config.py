@@ -415,6 +415,9 @@ class AppConfig:
             if self.memory.formation == "rule" and self.memory.tau == "otsu":
                 raise ConfigError("run-config 'coalition-memory-tau': fixed-K's rule takes K, not a threshold; "
                                   "'otsu' needs coalition-memory-formation = 'linkage'")
+        if self.coalitions.opinion_arrays.strip() and spec.family != "hk":
+            raise ConfigError(f"run-config 'hk-opinion-arrays': the arrays HK reads, but strategy {spec.name!r} "
+                              "is not HK (use hk-*)")
         for key, value in (("hk-min-coalition-fraction", self.coalitions.min_coalition_fraction),
                            ("hk-update-norm-bound", self.coalitions.update_norm_bound)):
             if value and spec.family not in COALITION_FAMILIES:

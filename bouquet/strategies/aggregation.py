@@ -53,6 +53,23 @@ def _row_squares(matrix: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", matrix, matrix)
 
 
+def opinion_columns(prefixes: tuple[str, ...], layout: Any) -> np.ndarray | None:
+    """The columns of a flat model (``layout``: :class:`bouquet.strategies.arrays.FlatLayout`) holding the
+    arrays whose names start with one of ``prefixes``, in model order; None (every column) for no prefixes.
+
+    Raises ValueError naming the model's arrays when a prefix matches none of them.
+    """
+    if not prefixes:
+        return None
+    unmatched = [prefix for prefix in prefixes if not any(name.startswith(prefix) for name in layout.names)]
+    if unmatched:
+        raise ValueError(f"hk-opinion-arrays: no model array starts with {', '.join(map(repr, unmatched))}; "
+                         f"the model's arrays are {', '.join(layout.names)}")
+    bounds = layout.bounds
+    return np.concatenate([np.arange(start, stop) for name, start, stop in zip(layout.names, bounds, bounds[1:])
+                           if name.startswith(prefixes)])
+
+
 def _has_direction(matrix: np.ndarray, prefix: int = 1024) -> np.ndarray:
     """Per row: ``_row_squares(matrix) > 0``, mostly without reading the row.
 
@@ -304,14 +321,17 @@ class Coalitions:
         return [layout.unflatten(row, template) for row in barycenters], rows
 
     def _opinions(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> np.ndarray:
-        """The rows the rule reads: the models, or their updates ``w_i - theta_i``."""
+        """The rows the rule reads: the models, or their updates ``w_i - theta_i``, at the opinion arrays'
+        columns (all unless ``opinion_arrays`` names some)."""
+        columns = opinion_columns(self.params.opinion_prefixes, layout)
+        chosen = matrix if columns is None else matrix[:, columns]
         if self.params.opinion_space == "weights":
-            return matrix
-        return matrix - kept.reference_matrix(layout, matrix.dtype)
+            return chosen
+        return chosen - kept.reference_matrix(layout, matrix.dtype, columns)
 
     def _partition(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> tuple[np.ndarray, Partition]:
         if self.params.opinion_space == "weights":
-            partition = self.rule.partition(matrix, kept.node_ids, kept)
+            partition = self.rule.partition(self._opinions(matrix, layout, kept), kept.node_ids, kept)
             return partition.labels, partition
         opinions = self._opinions(matrix, layout, kept)
         return self._rule_on(opinions, _has_direction(opinions), kept)
@@ -401,7 +421,8 @@ class Coalitions:
     def describe(self) -> list[str]:
         p = self.params
         line = (f"Aggregation: {self.rule.label} coalitions ({self.rule.describe()}), barycenters "
-                f"{p.barycenter_weighting}, opinions = {p.opinion_space}")
+                f"{p.barycenter_weighting}, opinions = {p.opinion_space}"
+                + (f" of the arrays {', '.join(p.opinion_prefixes)}*" if p.opinion_prefixes else ""))
         if self.memory.active:
             m = self.memory
             line += (f", coalition memory ({m.evidence} evidence, decay {m.decay:g}, tau {m.tau}, formation "

@@ -201,6 +201,12 @@ class CoalitionParams:
         Robust option: each update ``w_i - theta`` is clipped to at most this multiple of the round's
         median update norm before the rule and before averaging
         (:func:`bouquet.algorithms.robust.clip_updates`).  0 is off (the paper); otherwise > 0.
+    opinion_arrays : str, default ""
+        Which of the model's arrays the rule reads, as comma-separated name prefixes (``"features."``:
+        every array whose name starts with ``features.``); empty: all of them (the paper).  The opinion
+        of client ``i`` is then the concatenation of those arrays of ``w_i`` (or of ``w_i - theta``).
+        Aggregation always averages whole models.  Our option (``docs/METHODS.md``): on the small CNN the
+        feature extractor's updates tell the known groups apart from round 1, the whole update does not.
     """
 
     barycenter_weighting: str = "uniform"
@@ -208,6 +214,7 @@ class CoalitionParams:
     record_trajectories: bool = False
     min_coalition_fraction: float = 0.0
     update_norm_bound: float = 0.0
+    opinion_arrays: str = ""
 
     def __post_init__(self) -> None:
         require(self.barycenter_weighting in WEIGHTINGS, "barycenter_weighting",
@@ -218,6 +225,16 @@ class CoalitionParams:
                 f"min_coalition_fraction must be in [0, 1], got {self.min_coalition_fraction}")
         require(math.isfinite(self.update_norm_bound) and self.update_norm_bound >= 0, "update_norm_bound",
                 f"update_norm_bound must be 0 (off) or a finite number > 0, got {self.update_norm_bound}")
+        require(isinstance(self.opinion_arrays, str) and all(self.opinion_prefixes), "opinion_arrays",
+                f"opinion_arrays must be comma-separated array-name prefixes (empty: every array), "
+                f"got {self.opinion_arrays!r}")
+
+    @property
+    def opinion_prefixes(self) -> tuple[str, ...]:
+        """The prefixes of :attr:`opinion_arrays` (empty: every array)."""
+        if not isinstance(self.opinion_arrays, str) or not self.opinion_arrays.strip():
+            return ()
+        return tuple(part.strip() for part in self.opinion_arrays.split(","))
 
 
 @dataclass(frozen=True)

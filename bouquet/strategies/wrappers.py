@@ -189,6 +189,9 @@ class HKFedAvg(BouquetStrategy):
     update_norm_bound : float, default 0.0
         Robust option: clip each update ``w_i - theta`` to this multiple of the round's median update norm
         before HK and before averaging (0: off, the paper).
+    opinion_arrays : str, default ""
+        Comma-separated prefixes of the array names HK reads (``"features."``); empty: every array (the
+        paper).  Aggregation always averages whole models.
     """
 
     def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
@@ -207,13 +210,14 @@ class HKFedAvg(BouquetStrategy):
                  coalition_models: str = ModelStoreParams.coalition_models,
                  min_coalition_fraction: float = CoalitionParams.min_coalition_fraction,
                  update_norm_bound: float = CoalitionParams.update_norm_bound,
+                 opinion_arrays: str = CoalitionParams.opinion_arrays,
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
         hk = HKParams(geometry=geometry, tau=tau, eps_l=eps_l, eps_r=eps_r, delta=delta, s_max=s_max,
                       coalition_tol=coalition_tol, opinions=opinions, barycenter_weighting=barycenter_weighting)
         coalitions = CoalitionParams(barycenter_weighting, opinion_space, record_trajectories, min_coalition_fraction,
-                                     update_norm_bound)
+                                     update_norm_bound, opinion_arrays)
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
                                   min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
         _compose(self, UniformSampler(sampling), Coalitions(HKRule(hk, record_trajectories), coalitions),
