@@ -14,10 +14,13 @@ Only the groups' ground truth is used, never a test error.  The updates come fro
 FedAvg, not from clients training their coalition's model, so this probes the first rounds (before the
 coalition models pull the groups further apart) and is a lower bound later on.  Writes ``<out>/<data>.csv``
 (one row per seed, round and rule) and prints the mean ARI per round, and per round the median cosine within
-and between the true groups; each seed's cosines (of the whole update and of each parameter tensor alone) are
-kept in ``<out>/<data>-seed<S>-rounds<R>.npz``, so scoring again skips the training.  ``--layer-mean`` scores
-the mean over parameter tensors of each tensor's update cosines (every layer one vote, however many weights
-it has) instead of the cosines of the whole update.
+and between the true groups; each seed's cosines of the whole update and the Gram matrices of each parameter
+tensor's updates are kept in ``<out>/<data>-seed<S>-rounds<R>.npz``, so scoring again skips the training.
+``--arrays features.`` scores the cosines of the updates of the named tensors only (as ``hk-opinion-arrays``);
+``--layer-mean`` the mean over parameter tensors of each tensor's update cosines (every layer one vote,
+however many weights it has).
+
+    python scripts/memory_probe.py --data digits-rotate --arrays features.
 """
 
 from __future__ import annotations
@@ -73,9 +76,10 @@ def off_diagonal(matrix: np.ndarray) -> np.ndarray:
 
 
 def rounds_of_cosines(data: str, seed: int, rounds: int,
-                      count: int | None) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
-    """Per round, the update cosine matrix of FedAvg's clients and one per parameter tensor (L x S x S); and the
-    true groups."""
+                      count: int | None) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, list[str]]:
+    """Per round, the update cosine matrix of FedAvg's clients and the Gram matrix of the updates of each
+    parameter tensor (L x S x S, dot products, so any set of tensors can be scored); the true groups; the
+    tensors' names."""
     layers = layered_run_config(EXPERIMENTS, [("data", data), ("profiles", "quick")], ROOT)
     count = count or int(layers.pop("num-supernodes", 20))
     layers.pop("num-supernodes", None)
@@ -96,13 +100,28 @@ def rounds_of_cosines(data: str, seed: int, rounds: int,
         out.append(cosine_matrix(weights - theta))
         initial = [p.detach().double().flatten().numpy() for p in model.parameters()]
         tensors = [[p.detach().double().flatten().numpy() for p in m.parameters()] for m in trained]
-        by_layer.append(np.array([cosine_matrix(np.array([own[layer] for own in tensors]) - start)
-                                  for layer, start in enumerate(initial)]))
+        updates = [np.array([own[layer] for own in tensors]) - start for layer, start in enumerate(initial)]
+        by_layer.append(np.array([update @ update.T for update in updates]))
         shares = np.array(sizes, dtype=np.float64) / sum(sizes)
         state = {name: sum(share * m.state_dict()[name].double() for share, m in zip(shares, trained, strict=True))
                  for name in model.state_dict()}
         model.load_state_dict({name: value.to(model.state_dict()[name].dtype) for name, value in state.items()})
-    return out, by_layer, groups
+    return out, by_layer, groups, [name for name, _ in model.named_parameters()]
+
+
+def gram_cosines(gram: np.ndarray) -> np.ndarray:
+    """The cosine matrix of rows whose Gram matrix is ``gram`` (a zero row has cosine 0 with every row)."""
+    norms = np.sqrt(np.clip(np.diag(gram), 0.0, None))
+    scale = np.where(norms > 0, norms, np.inf)
+    return gram / scale[:, None] / scale[None, :]
+
+
+def chosen_tensors(names: list[str], prefixes: tuple[str, ...]) -> np.ndarray:
+    """The indices of the tensors whose names start with one of ``prefixes`` (as ``hk-opinion-arrays``)."""
+    chosen = np.array([index for index, name in enumerate(names) if name.startswith(prefixes)], dtype=int)
+    if not len(chosen):
+        raise SystemExit(f"--arrays: no tensor starts with {', '.join(prefixes)}; the tensors are {', '.join(names)}")
+    return chosen
 
 
 def separation(cosines: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
@@ -166,27 +185,38 @@ def main(argv: list[str] | None = None) -> int:
                         help="score the cosines of the updates less the round's mean (unit) update")
     parser.add_argument("--layer-mean", action="store_true",
                         help="score the mean over parameter tensors of each tensor's update cosines")
+    parser.add_argument("--arrays", default="",
+                        help="score the cosines of the updates of these tensors only (comma-separated name "
+                             "prefixes, as hk-opinion-arrays: 'features.' is the feature extractor)")
     args = parser.parse_args(argv)
+    if args.arrays and args.layer_mean:
+        parser.error("--arrays and --layer-mean: choose one")
     torch.set_num_threads(1)
     rows = []
     for seed in args.seeds:
         cache = args.out / f"{args.data}-seed{seed}-rounds{args.rounds}.npz"  # the training is the slow part
         stored = np.load(cache) if cache.exists() else None
-        if stored is not None and "layers" in stored:
-            cosines_by_round, by_layer, groups = list(stored["cosines"]), list(stored["layers"]), stored["groups"]
-        else:  # no cache, or one written before the per-tensor cosines were kept
-            cosines_by_round, by_layer, groups = rounds_of_cosines(args.data, seed, args.rounds, args.clients)
+        if stored is not None and "grams" in stored:
+            cosines_by_round, by_layer = list(stored["cosines"]), list(stored["grams"])
+            groups, names = stored["groups"], [str(name) for name in stored["names"]]
+        else:  # no cache, or one written before the per-tensor Gram matrices were kept
+            cosines_by_round, by_layer, groups, names = rounds_of_cosines(args.data, seed, args.rounds, args.clients)
             args.out.mkdir(parents=True, exist_ok=True)
-            np.savez(cache, cosines=np.array(cosines_by_round), layers=np.array(by_layer), groups=groups)
+            np.savez(cache, cosines=np.array(cosines_by_round), grams=np.array(by_layer), groups=groups,
+                     names=np.array(names))
+        if args.arrays:
+            chosen = chosen_tensors(names, tuple(part.strip() for part in args.arrays.split(",")))
+            cosines_by_round = [gram_cosines(grams[chosen].sum(axis=0)) for grams in by_layer]
         if args.layer_mean:
-            cosines_by_round = [layers.mean(axis=0) for layers in by_layer]
+            cosines_by_round = [np.mean([gram_cosines(gram) for gram in grams], axis=0) for grams in by_layer]
         if args.centered:
             cosines_by_round = [centered(cosines) for cosines in cosines_by_round]
         rows += [{"seed": seed, **row} for row in score(cosines_by_round, groups)]
         print(f"seed {seed}: done", flush=True)
     frame = pd.DataFrame(rows)
     args.out.mkdir(parents=True, exist_ok=True)
-    suffix = ("-layer-mean" if args.layer_mean else "") + ("-centered" if args.centered else "")
+    suffix = ((f"-arrays-{args.arrays.replace(',', '+')}".rstrip(".") if args.arrays else "")
+              + ("-layer-mean" if args.layer_mean else "") + ("-centered" if args.centered else ""))
     frame.to_csv(args.out / f"{args.data}{suffix}.csv", index=False)
     table = frame.pivot_table(index="rule", columns="round", values="ari", aggfunc="mean").round(2)
     worst = frame.pivot_table(index="rule", columns="round", values="ari", aggfunc="min").round(2)
