@@ -408,13 +408,10 @@ class AppConfig:
         if self.memory.active and spec.family not in COALITION_FAMILIES:
             raise ConfigError(f"run-config 'coalition-memory': memory of coalitions, but strategy {spec.name!r} "
                               "forms no coalitions (use hk-* or fixed-k-*)")
-        if self.memory.active and spec.family == "fixed-k":
-            if self.memory.formation == "linkage" and self.memory.tau == "given":
-                raise ConfigError("run-config 'coalition-memory-tau': 'given' takes hk-tau, which fixed-K has not; "
-                                  "with coalition-memory-formation = 'linkage' use 'otsu'")
-            if self.memory.formation == "rule" and self.memory.tau == "otsu":
-                raise ConfigError("run-config 'coalition-memory-tau': fixed-K's rule takes K, not a threshold; "
-                                  "'otsu' needs coalition-memory-formation = 'linkage'")
+        conflict = self.memory.rule_conflict("fixed-K", has_tau=False, sets_tau=False) \
+            if spec.family == "fixed-k" else None
+        if conflict:
+            raise ConfigError(f"run-config 'coalition-memory-tau': {conflict}")
         if self.coalitions.opinion_arrays.strip() and spec.family != "hk":
             raise ConfigError(f"run-config 'hk-opinion-arrays': the arrays HK reads, but strategy {spec.name!r} "
                               "is not HK (use hk-*)")

@@ -240,3 +240,18 @@ def test_together_evidence_needs_linkage_and_majority_needs_together():
         MemoryParams(active=True, tau="majority", formation="linkage")
     with pytest.raises(ValueError, match="coalition-memory-evidence must be one of"):
         MemoryParams(active=True, evidence="distance", formation="linkage")
+
+
+def test_a_memory_that_a_rule_cannot_run_is_named_once_for_config_and_aggregator():
+    # a rule without a threshold (fixed-K) cannot lend linkage its tau, nor run at Otsu's threshold itself
+    linkage_given = MemoryParams(active=True, formation="linkage")
+    assert "'given' takes the rule's tau, and fixed-K has none" in linkage_given.rule_conflict(
+        "fixed-K", has_tau=False, sets_tau=False)
+    rule_otsu = MemoryParams(active=True, tau="otsu")
+    assert "'otsu' sets a confidence bound" in rule_otsu.rule_conflict("fixed-K", has_tau=False, sets_tau=False)
+    # HK has both; linkage at Otsu needs neither; memory off needs nothing
+    for params in (linkage_given, rule_otsu):
+        assert params.rule_conflict("HK", has_tau=True, sets_tau=True) is None
+    assert MemoryParams(active=True, formation="linkage", tau="otsu").rule_conflict(
+        "fixed-K", has_tau=False, sets_tau=False) is None
+    assert MemoryParams(formation="linkage").rule_conflict("fixed-K", has_tau=False, sets_tau=False) is None

@@ -100,6 +100,23 @@ class MemoryParams:
                 "coalition-memory-tau 'majority' is a share of rounds together: it needs "
                 "coalition-memory-evidence = 'together'")
 
+    def rule_conflict(self, rule_label: str, has_tau: bool, sets_tau: bool) -> str | None:
+        """Why this memory cannot run with a coalition rule, or None when it can.
+
+        ``has_tau``: the rule has a threshold of its own (HK's ``tau``; fixed-K has K instead), which
+        ``tau = "given"`` takes for linkage; ``sets_tau``: the rule can run at another threshold, which
+        ``tau = "otsu"`` with ``formation = "rule"`` sets each round.
+        """
+        if not self.active:
+            return None
+        if self.tau == "given" and self.formation == "linkage" and not has_tau:
+            return (f"coalition-memory-tau 'given' takes the rule's tau, and {rule_label} has none; with "
+                    "coalition-memory-formation = 'linkage' use 'otsu'")
+        if self.tau == "otsu" and self.formation == "rule" and not sets_tau:
+            return (f"coalition-memory-tau 'otsu' sets a confidence bound, and {rule_label} has none; "
+                    "'otsu' needs coalition-memory-formation = 'linkage'")
+        return None
+
 
 @dataclass(frozen=True)
 class PairEvidence:

@@ -227,14 +227,12 @@ class Coalitions:
         self.params = params if params is not None else CoalitionParams()
         self.memory = memory if memory is not None else MemoryParams()
         self.label = rule.label
+        conflict = self.memory.rule_conflict(rule.label, has_tau=getattr(getattr(rule, "params", None), "tau",
+                                                                         None) is not None,
+                                             sets_tau=hasattr(rule, "with_tau"))
+        if conflict:
+            raise ValueError(conflict)
         if self.memory.active:
-            given = getattr(getattr(rule, "params", None), "tau", None)
-            if self.memory.tau == "given" and self.memory.formation == "linkage" and given is None:
-                raise ValueError(f"coalition-memory-formation 'linkage' needs a tau: {rule.label} has none "
-                                 "(set coalition-memory-tau = 'otsu')")
-            if self.memory.tau == "otsu" and self.memory.formation == "rule" and not hasattr(rule, "with_tau"):
-                raise ValueError(f"coalition-memory-tau 'otsu' sets a confidence bound, and {rule.label} has none "
-                                 "(use coalition-memory-formation = 'linkage')")
             self.label += " with memory"
         self._state = MemoryState()  # across rounds: what coalition memory knows (empty while it is off)
 
