@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bouquet.processes import Listener, descendants, listening_sockets
+from bouquet.processes import Listener, command_line, descendants, listening_sockets
 from bouquet.results import RunFolder
 from bouquet.runtime import WarmRuntime, pid_alive, stop_pid
 
@@ -40,6 +40,11 @@ def test_an_unreadable_record_is_named_and_down_removes_it(tmp_path):
 def test_stop_pid_stops_only_the_named_program_and_its_group(tmp_path):
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
+        # Popen returns once the child's execve has replaced its memory, which the kernel does before it writes
+        # the new command line: under load /proc/<pid>/cmdline can read empty for a moment (seen in CI)
+        deadline = time.monotonic() + 10
+        while not command_line(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert pid_alive(child.pid, "sleep") and not pid_alive(child.pid, "flower-superlink")
         assert not stop_pid(child.pid, "flower-superlink")  # a PID reused by another program is left alone
         assert child.poll() is None
