@@ -48,6 +48,7 @@ from bouquet.algorithms.memory import (
 )
 from bouquet.config import AppConfig
 from bouquet.experiments import layered_run_config
+from bouquet.strategies.params import CoalitionParams
 
 TAUS = (0.2, 0.3, 0.5)
 LINKAGE_TAUS = (0.1, 0.15, 0.2)
@@ -66,9 +67,7 @@ def centered(cosines: np.ndarray) -> np.ndarray:
     """The cosines of the unit updates less the round's mean unit update (the direction every client shares)."""
     n = len(cosines)
     center = np.eye(n) - 1.0 / n
-    gram = center @ cosines @ center
-    norms = np.sqrt(np.clip(np.diag(gram), 1e-300, None))
-    return np.clip(gram / norms[:, None] / norms[None, :], -1.0, 1.0)
+    return np.clip(gram_cosines(center @ cosines @ center), -1.0, 1.0)
 
 
 def off_diagonal(matrix: np.ndarray) -> np.ndarray:
@@ -205,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             np.savez(cache, cosines=np.array(cosines_by_round), grams=np.array(by_layer), groups=groups,
                      names=np.array(names))
         if args.arrays:
-            chosen = chosen_tensors(names, tuple(part.strip() for part in args.arrays.split(",")))
+            chosen = chosen_tensors(names, CoalitionParams(opinion_arrays=args.arrays).opinion_prefixes)
             cosines_by_round = [gram_cosines(grams[chosen].sum(axis=0)) for grams in by_layer]
         if args.layer_mean:
             cosines_by_round = [np.mean([gram_cosines(gram) for gram in grams], axis=0) for grams in by_layer]

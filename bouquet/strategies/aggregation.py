@@ -328,10 +328,10 @@ class Coalitions:
         return chosen - kept.reference_matrix(layout, matrix.dtype, columns)
 
     def _partition(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> tuple[np.ndarray, Partition]:
-        if self.params.opinion_space == "weights":
-            partition = self.rule.partition(self._opinions(matrix, layout, kept), kept.node_ids, kept)
-            return partition.labels, partition
         opinions = self._opinions(matrix, layout, kept)
+        if self.params.opinion_space == "weights":
+            partition = self.rule.partition(opinions, kept.node_ids, kept)
+            return partition.labels, partition
         return self._rule_on(opinions, _has_direction(opinions), kept)
 
     def _rule_on(self, opinions: np.ndarray, direction: np.ndarray, kept: ClientUpdates
