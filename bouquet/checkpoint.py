@@ -350,7 +350,7 @@ RESUME_FREE_KEYS = ("resume-from", "resume-allow-rounds", "checkpoint-every", "c
 
 
 def check_resumable(checkpoint: Checkpoint, run_config: Mapping[str, Any], version: str,
-                    allow_new_rounds: bool = False) -> None:
+                    allow_new_rounds: bool = False, renamed: Mapping[str, str] | None = None) -> None:
     """Refuse, naming what differs, to resume ``checkpoint`` with another config or bouquet version.
 
     Parameters
@@ -362,12 +362,14 @@ def check_resumable(checkpoint: Checkpoint, run_config: Mapping[str, Any], versi
         This bouquet's version.
     allow_new_rounds : bool, default False
         Accept a different ``num-server-rounds`` (not fewer than the rounds already done).
+    renamed : mapping, optional
+        Old key name -> new name: a run recorded under an old name compares under the new one.
     """
     saved_version = checkpoint.meta.get("version")
     if saved_version != version:
         raise CheckpointError(f"{checkpoint.path} was written by bouquet {saved_version}, this is bouquet {version}: "
                               "resume with the version that started the run")
-    saved = checkpoint.meta.get("config", {})
+    saved = {(renamed or {}).get(k, k): v for k, v in checkpoint.meta.get("config", {}).items()}
     free = set(RESUME_FREE_KEYS) | ({"num-server-rounds"} if allow_new_rounds else set())
     differ = sorted(k for k in set(saved) | set(run_config)
                     if k not in free and saved.get(k, "<absent>") != run_config.get(k, "<absent>"))
@@ -386,14 +388,14 @@ def check_resumable(checkpoint: Checkpoint, run_config: Mapping[str, Any], versi
 
 
 def checkpoint_to_resume(run_folder: str | Path, run_config: Mapping[str, Any], version: str,
-                         allow_new_rounds: bool = False) -> Checkpoint:
+                         allow_new_rounds: bool = False, renamed: Mapping[str, str] | None = None) -> Checkpoint:
     """The checkpoint an interrupted run in ``run_folder`` goes on from, after every check ``resume-from`` makes.
 
     Parameters
     ----------
     run_folder : path
         The interrupted run's folder.
-    run_config, version, allow_new_rounds
+    run_config, version, allow_new_rounds, renamed
         As for :func:`check_resumable`.
 
     Raises
@@ -408,5 +410,5 @@ def checkpoint_to_resume(run_folder: str | Path, run_config: Mapping[str, Any], 
     if (folder / "summary.json").exists():
         raise CheckpointError(f"resume-from: {folder} holds a finished run (summary.json); nothing to resume")
     checkpoint = latest_checkpoint(folder)
-    check_resumable(checkpoint, run_config, version, allow_new_rounds)
+    check_resumable(checkpoint, run_config, version, allow_new_rounds, renamed)
     return checkpoint

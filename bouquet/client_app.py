@@ -1,7 +1,7 @@
 """The bouquet ClientApp: one household's water-use forecaster, or one image shard, per node.
 
 Each message is handled the same way: the run config is parsed once (:class:`bouquet.config.AppConfig`),
-:func:`node_task` builds this node's :class:`bouquet.tasks.base.Task` (the one place that looks at
+:func:`node_task` builds this node's :class:`bouquet.tasks.base.Task` once (the one place that looks at
 ``task``), and the handler runs it.  ``task = "water"``: the node is household ``partition-id`` of the
 federated pool (:class:`bouquet.tasks.water.WaterTask`).  ``task = "vision"``: the node holds client
 ``partition-id`` of ``num-partitions`` non-IID image partitions and trains ``local-batches`` SGD steps
@@ -26,6 +26,8 @@ and the active-client filter (a comparison between households) is not applied on
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -49,13 +51,30 @@ app = ClientApp()
 
 
 def node_task(config: AppConfig, context: Context) -> Task:
-    """This node's task for the run ``config`` (its data is read once per worker and kept)."""
+    """This node's task for the run ``config``, built once per worker for each node and run config and then
+    reused (a sketch query alone asks for it three times)."""
     torch.set_num_threads(1)  # one simulated client per core: torch's own threads would oversubscribe them
+    key = (config, tuple(sorted((str(k), str(v)) for k, v in context.node_config.items())))
+    task = _TASKS.pop(key, None)
+    if task is None:
+        task = _build_task(config, context)
+    _TASKS[key] = task  # the most recently used last; the least recently used goes first
+    while len(_TASKS) > _TASKS_KEPT:
+        _TASKS.popitem(last=False)
+    return task
+
+
+#: Tasks kept per worker (a simulation worker serves many nodes in turn; each task holds one node's data).
+_TASKS_KEPT = 256
+_TASKS: OrderedDict[tuple, Task] = OrderedDict()
+
+
+def _build_task(config: AppConfig, context: Context) -> Task:
     if config.run.task == "vision":
         node, num_partitions = node_config_ints(context, "partition-id", "num-partitions")
         return VisionTask.for_node(config.vision_data, config.vision_model, config.vision_train, node, num_partitions)
     data_path = context.node_config.get("data-path")
-    perfedavg = config.perfedavg_settings() if config.spec.family == "perfedavg" else None
+    perfedavg = config.perfedavg_settings() if config.family.meta_learning else None
     return WaterTask.for_node(config.water_data, config.water_model, config.water_train, perfedavg,
                               partition_id(context), None if data_path is None else str(data_path), config.personal)
 

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from bouquet.algorithms.attacks import AttackParams
 from bouquet.algorithms.clustered import CFLParams, IFCAParams
-from bouquet.algorithms.coalitions_fixed_k import FIXED_K_GEOMETRIES, FixedKParams
+from bouquet.algorithms.coalitions_fixed_k import FixedKParams
 from bouquet.algorithms.fedopt import ServerOptParams
 from bouquet.algorithms.hk import HKParams
 from bouquet.algorithms.memory import MemoryParams
@@ -41,10 +42,10 @@ from bouquet.algorithms.selection import (
 from bouquet.checkpoint import CheckpointParams
 from bouquet.data.images import VisionDataConfig
 from bouquet.data.water import WaterDataConfig
+from bouquet.families import FAMILIES, STRATEGIES, Family, FamilyError, StrategySpec, family_names
 from bouquet.grid import GridParams
 from bouquet.params import ParamError
 from bouquet.strategies.params import (
-    ROBUST_RULES,
     UPDATE_SELECTOR_NEEDS,
     CoalitionParams,
     ModelStoreParams,
@@ -54,7 +55,6 @@ from bouquet.strategies.params import (
     SelectionParams,
 )
 from bouquet.tasks.params import (
-    PERFEDAVG_VARIANTS,
     PROFILE_BASELINES,
     CentralEvalParams,
     LSTMParams,
@@ -65,7 +65,7 @@ from bouquet.tasks.params import (
     VisionTrainSettings,
 )
 
-__all__ = ["FORECASTERS", "KEYS", "STRATEGIES", "TASKS", "AppConfig", "ConfigError", "Key", "RunParams",
+__all__ = ["DEPRECATED_KEYS", "FORECASTERS", "KEYS", "STRATEGIES", "TASKS", "AppConfig", "ConfigError", "Key", "RunParams",
            "StrategySpec"]
 
 #: Use cases: household water forecasting (HK paper) or image classification (SCKM paper).
@@ -90,45 +90,11 @@ FORECASTERS: dict[str, dict[str, Any]] = {
 #: Preset keys not applied with Per-FedAvg, which personalises the served model itself.
 _PERSONALISATION_KEYS = ("personalize-epochs", "personal-layers", "ditto-lambda")
 
-#: Strategy families and their variants (the part of the name after the family).
-_FAMILIES: dict[str, tuple[str, ...]] = {"fedavg": (), "fedprox": (), "hk": ("cosine", "euclidean", "cosine-bounded"),
-                                         "fixed-k": FIXED_K_GEOMETRIES, "perfedavg": PERFEDAVG_VARIANTS,
-                                         "ifca": (), "cfl": (), "local": (), **{rule: () for rule in ROBUST_RULES}}
-#: Families whose aggregation forms coalitions (``coalition-models = "personal"`` applies to them).
-COALITION_FAMILIES = ("hk", "fixed-k")
-#: Families that serve each client its cluster's (or its own) model whatever ``coalition-models`` says.
-CLUSTER_FAMILIES = ("ifca", "cfl", "local")
-
-#: Strategy names accepted by the ``strategy`` key.
-STRATEGIES = tuple(f"{family}-{variant}" if variant else family
-                   for family, variants in _FAMILIES.items() for variant in (variants or ("",)))
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
     """An unknown run-config key or an invalid value."""
-
-
-@dataclass(frozen=True)
-class StrategySpec:
-    """A ``strategy`` name parsed once: its family and variant (``hk-cosine`` -> ``hk``, ``cosine``).
-
-    Families: ``fedavg``, ``fedprox``, ``hk`` (variant = geometry), ``fixed-k`` (variant = geometry),
-    ``perfedavg`` (variant ``fo`` or ``hf``).
-    """
-
-    name: str
-    family: str
-    variant: str = ""
-
-    @classmethod
-    def parse(cls, name: str) -> StrategySpec:
-        if name not in STRATEGIES:
-            raise ParamError("strategy", f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
-        for family, variants in _FAMILIES.items():
-            for variant in variants or ("",):
-                if name == (f"{family}-{variant}" if variant else family):
-                    return cls(name, family, variant)
-        raise AssertionError(name)  # unreachable: every name in STRATEGIES has a family
 
 
 @dataclass(frozen=True)
@@ -164,23 +130,21 @@ class RunParams:
     run_name: str = ""
     round_timeout: float = 3600.0
     forecaster: str = "paper"
+    #: ``strategy`` parsed (set by the checks below: a params class is frozen)
+    spec: StrategySpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.num_server_rounds < 1:
             raise ParamError("num_server_rounds", f"num-server-rounds must be >= 1, got {self.num_server_rounds}")
         if self.task not in TASKS:
             raise ParamError("task", f"task must be one of {TASKS}, got {self.task!r}")
-        StrategySpec.parse(self.strategy)
+        object.__setattr__(self, "spec", StrategySpec.parse(self.strategy))
         if self.selection not in SELECTORS:
             raise ParamError("selection", f"unknown selection {self.selection!r}; choose one of {', '.join(SELECTORS)}")
         if self.round_timeout <= 0:
             raise ParamError("round_timeout", f"round-timeout must be > 0, got {self.round_timeout}")
         if self.forecaster not in FORECASTERS:
             raise ParamError("forecaster", f"forecaster must be one of {', '.join(FORECASTERS)}, got {self.forecaster!r}")
-
-    @property
-    def spec(self) -> StrategySpec:
-        return StrategySpec.parse(self.strategy)
 
 
 @dataclass(frozen=True)
@@ -213,7 +177,9 @@ _SECTIONS = (
              skip=("fraction_train", "min_train_nodes", "min_evaluate_nodes", "min_available_nodes", "identify_nodes")),
     _Section("selection", SelectionParams, rename={"mode": "selection-mode"}),
     _Section("hk", HKParams, prefix="hk-", skip=("geometry", "barycenter_weighting")),
-    _Section("coalitions", CoalitionParams, prefix="hk-"),
+    _Section("coalitions", CoalitionParams, prefix="coalition-",
+             rename={"min_coalition_fraction": "coalition-min-fraction", "opinion_space": "hk-opinion-space",
+                     "record_trajectories": "hk-record-trajectories", "opinion_arrays": "hk-opinion-arrays"}),
     _Section("memory", MemoryParams, prefix="coalition-memory-", rename={"active": "coalition-memory"}),
     _Section("fixed_k", FixedKParams, prefix="fixed-", skip=("geometry",)),
     _Section("proximal", ProximalParams, prefix="proximal-"),
@@ -251,6 +217,12 @@ _SECTIONS = (
     _Section("fedcor", FedCorSelector, prefix="fedcor-", skip=("shrinkage", "noise")),
 )
 
+#: Old key names still accepted, each with a warning naming its new name: what HK and fixed-K share is
+#: ``coalition-*`` (``hk-*`` keys are HK's own).
+DEPRECATED_KEYS = {"hk-barycenter-weighting": "coalition-barycenter-weighting",
+                   "hk-min-coalition-fraction": "coalition-min-fraction",
+                   "hk-update-norm-bound": "coalition-update-norm-bound"}
+
 #: Nested fields of the water data (``data-seed`` also seeds the vision partition).
 _NESTED = (Key("synthetic-households", "water_data", ("synthetic", "n_households")),
            Key("synthetic-types", "water_data", ("synthetic", "household_types")),
@@ -281,8 +253,9 @@ _BY_NAME: dict[str, list[Key]] = {}
 for _key in KEYS:
     _BY_NAME.setdefault(_key.name, []).append(_key)
 _SECTION = {s.name: s for s in _SECTIONS}
-#: The sections built only for some strategy families (their keys' values are kept regardless).
-_OPTIONAL = {"hk": "hk"}
+#: Sections built only for the family whose variant sets their geometry (``None`` otherwise; the values
+#: of their keys are kept in ``AppConfig.inactive``).
+_EXCLUSIVE = {f.geometry_section for f in FAMILIES.values() if f.exclusive_section}
 
 
 def _field_default(params: type, path: tuple[str, ...]) -> Any:
@@ -296,10 +269,7 @@ def _default(key: Key) -> Any:
     override = _APP_DEFAULTS.get((key.section, key.path))
     if override is not None:
         return override
-    params = _SECTION[key.section].params
-    if key.section == "hk":  # HKParams' own default geometry; any valid instance gives the defaults
-        return getattr(HKParams(), key.path[0])
-    return _field_default(params, key.path)
+    return _field_default(_SECTION[key.section].params, key.path)
 
 
 def _coerce(key: str, value: Any, kind: type) -> Any:
@@ -393,72 +363,65 @@ class AppConfig:
     inactive: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        spec = self.spec
+        spec, family = self.spec, self.family
         if self.sampling.clients_per_round is None:
             raise ConfigError("clients-per-round must be >= 1")
-        if (self.hk is None) == (spec.family == "hk"):
-            raise ConfigError(f"the hk section is {'missing' if self.hk is None else 'set'} for strategy {spec.name!r}")
-        if spec.family == "hk" and self.hk.geometry != spec.variant:
-            raise ConfigError(f"hk geometry {self.hk.geometry!r} differs from strategy {spec.name!r}")
-        if self.run.task == "vision" and spec.family == "perfedavg":
-            raise ConfigError("Per-FedAvg is implemented for the water task only")
-        if self.store.coalition_models == "personal" and spec.family not in (*COALITION_FAMILIES, *CLUSTER_FAMILIES):
+        for name in _EXCLUSIVE:  # sections that exist for their family only
+            missing = getattr(self, name) is None
+            if missing == (name == family.geometry_section):
+                raise ConfigError(f"the {name} section is {'missing' if missing else 'set'} for strategy {spec.name!r}")
+        if family.geometry_section and getattr(self, family.geometry_section).geometry != spec.variant:
+            raise ConfigError(f"{family.geometry_section} geometry "
+                              f"{getattr(self, family.geometry_section).geometry!r} differs from strategy {spec.name!r}")
+        if self.run.task not in family.tasks:
+            raise ConfigError(f"{family.label} is implemented for the {' and '.join(family.tasks)} task only")
+        coalitions = family_names(lambda f: f.coalitions)
+        if self.store.coalition_models == "personal" and not (family.coalitions or family.clusters):
             raise ConfigError(f"run-config 'coalition-models': 'personal' serves each coalition its model, but "
-                              f"strategy {spec.name!r} forms no coalitions (use hk-* or fixed-k-*)")
-        if self.memory.active and spec.family not in COALITION_FAMILIES:
+                              f"strategy {spec.name!r} forms no coalitions (use {coalitions})")
+        if self.memory.active and not family.coalitions:
             raise ConfigError(f"run-config 'coalition-memory': memory of coalitions, but strategy {spec.name!r} "
-                              "forms no coalitions (use hk-* or fixed-k-*)")
-        conflict = self.memory.rule_conflict("fixed-K", has_tau=False, sets_tau=False) \
-            if spec.family == "fixed-k" else None
-        if conflict:
-            raise ConfigError(f"run-config 'coalition-memory-tau': {conflict}")
-        if self.coalitions.opinion_arrays.strip() and spec.family != "hk":
+                              f"forms no coalitions (use {coalitions})")
+        if self.coalitions.opinion_arrays.strip() and not family.opinions:
             raise ConfigError(f"run-config 'hk-opinion-arrays': the arrays HK reads, but strategy {spec.name!r} "
-                              "is not HK (use hk-*)")
-        for key, value in (("hk-min-coalition-fraction", self.coalitions.min_coalition_fraction),
-                           ("hk-update-norm-bound", self.coalitions.update_norm_bound)):
-            if value and spec.family not in COALITION_FAMILIES:
+                              f"is not HK (use {family_names(lambda f: f.opinions)})")
+        for key, value in (("coalition-min-fraction", self.coalitions.min_coalition_fraction),
+                           ("coalition-update-norm-bound", self.coalitions.update_norm_bound)):
+            if value and not family.coalitions:
                 raise ConfigError(f"run-config {key!r}: a robust option of coalition aggregation, but strategy "
-                                  f"{spec.name!r} forms no coalitions (use hk-* or fixed-k-*)")
-        if spec.family in ROBUST_RULES:
-            needed = self.robust.replies_needed(spec.family)
-            if needed > self.sampling.clients_per_round:
-                by_m = spec.family == "multikrum" and needed > 2 * self.robust.num_malicious_nodes + 3
-                key = "robust-num-nodes-to-select" if by_m else "robust-num-malicious-nodes"
-                raise ConfigError(f"run-config {key!r}: {spec.name} with num-malicious-nodes="
-                                  f"{self.robust.num_malicious_nodes} needs at least {needed} clients per round, "
-                                  f"got clients-per-round={self.sampling.clients_per_round}")
-        elif self.robust != RobustRuleParams():
+                                  f"{spec.name!r} forms no coalitions (use {coalitions})")
+        if not family.robust and self.robust != RobustRuleParams():
             changed = next(f.name for f in fields(RobustRuleParams)
                            if getattr(self.robust, f.name) != getattr(RobustRuleParams(), f.name))
             raise ConfigError(f"run-config {_key_for('robust', changed)!r} is set, but strategy {spec.name!r} is not "
-                              f"one of Flower's robust rules ({', '.join(ROBUST_RULES)})")
+                              f"one of Flower's robust rules ({family_names(lambda f: f.robust, last=',')})")
+        try:
+            family.check(self)
+        except FamilyError as error:
+            raise ConfigError(str(error)) from error
         data_attack = {"label-flip": "vision", "target-shift": "water"}.get(self.attack.attack)
         if data_attack is not None and data_attack != self.run.task:
             raise ConfigError(f"run-config 'attack': {self.attack.attack!r} poisons the {data_attack} task's data, "
                               f"but task is {self.run.task!r}")
-        if spec.family == "ifca" and self.ifca.k > self.sampling.clients_per_round:
-            raise ConfigError(f"run-config 'ifca-k': {self.ifca.k} clusters is more than the "
-                              f"{self.sampling.clients_per_round} clients per round (clients-per-round)")
         if self.selection.sketch_source == "local-update":
             needs = [n for n in self.selector().needs if n not in UPDATE_SELECTOR_NEEDS]
             if needs:
                 raise ConfigError(f"run-config 'selection': {self.run.selection!r} needs {', '.join(needs)}, which "
                                   f"training replies do not carry; sketch-source 'local-update' chooses among "
                                   f"trained updates by their sketches (random, sckm-select, sckm-cluster, ...)")
-            if spec.family == "ifca" or self.selection.mode == "piggyback":
-                key = "strategy" if spec.family == "ifca" else "selection-mode"
+            if family.draws_own_clients or self.selection.mode == "piggyback":
+                key = "strategy" if family.draws_own_clients else "selection-mode"
                 raise ConfigError(f"run-config {key!r}: sketch-source 'local-update' trains every candidate and "
                                   f"chooses among their updates; it does not combine with "
-                                  f"{'IFCA' if key == 'strategy' else 'piggyback sketches'}")
+                                  f"{family.label if key == 'strategy' else 'piggyback sketches'}")
             if 0 < self.selection.candidates_per_round < self.sampling.clients_per_round:
                 raise ConfigError(f"run-config 'candidates-per-round': {self.selection.candidates_per_round} "
                                   f"trained candidates cannot give {self.sampling.clients_per_round} updates "
                                   f"(clients-per-round)")
         self._check_forecaster()
-        if spec.family == "ifca" and self.run.selection != "random":
-            raise ConfigError(f"run-config 'selection': IFCA draws its clients itself (uniformly) and assigns them "
-                              f"by loss; selection {self.run.selection!r} cannot be combined with it")
+        if family.draws_own_clients and self.run.selection != "random":
+            raise ConfigError(f"run-config 'selection': {family.label} draws its clients itself (uniformly) and "
+                              f"assigns them by loss; selection {self.run.selection!r} cannot be combined with it")
 
     def _check_forecaster(self) -> None:
         """The water forecaster's cross-section rules: baselines that need inputs or a validation split,
@@ -477,20 +440,25 @@ class AppConfig:
                                        ("ditto-lambda", personal.ditto_lambda > 0)) if on)
             if self.run.task != "water":
                 raise ConfigError(f"run-config {key!r}: personalisation is implemented for the water task only")
-            if spec.family == "perfedavg":
-                raise ConfigError(f"run-config {key!r}: Per-FedAvg personalises the served model itself; "
+            if self.family.meta_learning:
+                raise ConfigError(f"run-config {key!r}: {self.family.label} personalises the served model itself; "
                                   f"do not combine it with bouquet's personalisation")
-            if spec.family == "local" and personal.stateful:
-                raise ConfigError(f"run-config {key!r}: with strategy 'local' every model is already personal")
-        if self.server_opt.active and spec.family in CLUSTER_FAMILIES:
+            if self.family.all_personal and personal.stateful:
+                raise ConfigError(f"run-config {key!r}: with strategy {spec.name!r} every model is already personal")
+        if self.server_opt.active and self.family.clusters:
             raise ConfigError(f"run-config 'server-optimizer': it steps the shared model, which strategy "
-                              f"{spec.name!r} does not serve (use fedavg, fedprox, hk-*, fixed-k-* or a robust rule)")
+                              f"{spec.name!r} does not serve (use {family_names(lambda f: not f.clusters)})")
 
     # ------------------------------------------------------------ derived
     @property
     def spec(self) -> StrategySpec:
         """The parsed ``strategy``."""
         return self.run.spec
+
+    @property
+    def family(self) -> Family:
+        """The strategy's family: its traits, checks and builders (:mod:`bouquet.families`)."""
+        return FAMILIES[self.run.spec.family]
 
     def selector(self) -> Selector:
         """The client selector named by ``selection``, with its parameters."""
@@ -541,7 +509,7 @@ class AppConfig:
     def _parse(cls, run_config: Mapping[str, Any]) -> AppConfig:
         defaults = _DEFAULTS
         given: dict[str, Any] = {}
-        for key, value in dict(run_config).items():
+        for key, value in renamed_keys(run_config).items():
             if key not in _BY_NAME:
                 raise ConfigError(f"unknown run-config key {key!r}; known keys: {', '.join(_BY_NAME)}")
             given[key] = _coerce(key, value, type(defaults[key]))
@@ -553,17 +521,16 @@ class AppConfig:
             _set_nested(by_section[key.section], key.path, values[key.name])
         run = cls._section("run", by_section["run"])
         spec = run.spec
+        family = FAMILIES[spec.family]
         sections: dict[str, Any] = {"run": run}
         inactive: list[tuple[str, Any]] = []
         for section in _SECTIONS[1:]:
             kwargs = by_section[section.name]
-            if section.name == "hk":
-                if spec.family != "hk":
-                    inactive += [(k.name, values[k.name]) for k in KEYS if k.section == "hk"]
-                    sections["hk"] = None
-                    continue
-                kwargs = {**kwargs, "geometry": spec.variant}
-            if section.name == "fixed_k" and spec.family == "fixed-k":
+            if section.name in _EXCLUSIVE and section.name != family.geometry_section:
+                inactive += [(k.name, values[k.name]) for k in KEYS if k.section == section.name]
+                sections[section.name] = None
+                continue
+            if section.name == family.geometry_section:
                 kwargs = {**kwargs, "geometry": spec.variant}
             sections[section.name] = cls._section(section.name, kwargs)
         try:
@@ -600,6 +567,27 @@ class AppConfig:
 _DEFAULTS = {name: _default(keys[0]) for name, keys in _BY_NAME.items()}
 
 
+def renamed_keys(run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """``run_config`` with each deprecated key (:data:`DEPRECATED_KEYS`) under its new name, and a warning.
+
+    ``flwr run`` passes every key of the app's ``pyproject.toml``, so the new key is often there at its
+    default beside an old one the user set: the value that differs from the default wins.  Both set to two
+    different values other than the default is an error.
+    """
+    out = dict(run_config)
+    for old, new in DEPRECATED_KEYS.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        log.warning("run-config %r is deprecated: use %r (it takes the same values)", old, new)
+        if new in out and out[new] != value and out[new] != _DEFAULTS[new] and value != _DEFAULTS[new]:
+            raise ConfigError(f"run-config {old!r} (deprecated) and {new!r} are both set, to {value!r} and "
+                              f"{out[new]!r}: set {new!r} only")
+        if new not in out or out[new] == _DEFAULTS[new]:
+            out[new] = value
+    return out
+
+
 def _preset(name: Any, given: Mapping[str, Any]) -> dict[str, Any]:
     """The keys ``forecaster = name`` sets that the run config leaves at their default.
 
@@ -610,7 +598,7 @@ def _preset(name: Any, given: Mapping[str, Any]) -> dict[str, Any]:
     unknown name is left to :class:`RunParams`."""
     preset = FORECASTERS.get(name, {})
     strategy = given.get("strategy", _DEFAULTS["strategy"])
-    if strategy in STRATEGIES and StrategySpec.parse(strategy).family == "perfedavg":
+    if strategy in STRATEGIES and StrategySpec.parse(strategy).kind.meta_learning:
         preset = {key: value for key, value in preset.items() if key not in _PERSONALISATION_KEYS}
     return {key: value for key, value in preset.items() if key not in given or given[key] == _DEFAULTS[key]}
 

@@ -19,6 +19,7 @@ what no later resume can need (the newest, and the newest at or before each chec
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context
 
-from bouquet.checkpoint import CheckpointParams
+from bouquet.checkpoint import Checkpoint, CheckpointParams
 from bouquet.data.water import default_cache_dir
 
 __all__ = ["STATE_ARRAYS", "STATE_META", "PersonalRun", "Version", "load_personal", "personal_dir", "pick_version",
@@ -85,6 +86,13 @@ class PersonalRun:
     def entries(self) -> dict[str, str]:
         """The config entries that carry it in a message."""
         return {"personal-run": self.key, "personal-lineage": ",".join(str(r) for r in self.lineage)}
+
+    @classmethod
+    def for_folder(cls, folder: Path, resumed: Checkpoint | None = None) -> PersonalRun:
+        """The run of a results folder: its key hashes the folder; a resumed run adds the checkpoint's
+        round to the lineage the checkpoint recorded."""
+        lineage = () if resumed is None else (*resumed.meta.get("personal-lineage", []), resumed.server_round)
+        return cls(hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16], tuple(int(r) for r in lineage))
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> PersonalRun | None:

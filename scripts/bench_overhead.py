@@ -52,7 +52,6 @@ from bouquet.config import AppConfig
 from bouquet.experiments import layered_run_config
 from bouquet.launch import toml_value
 from bouquet.runtime import WarmRuntime
-from bouquet.server_app import make_aggregator
 from bouquet.strategies.rounds import ClientUpdates
 from bouquet.strategies.sampling import draw_nodes, training_count
 from bouquet.tasks.water import LSTMForecaster, WaterTask
@@ -122,10 +121,10 @@ def bare_run(run_config: dict, supernodes: int, workers: int) -> tuple[float, fl
     """(wall seconds, final MAE in L/day) of the run's work without Flower."""
     config = AppConfig.from_run_config(run_config)
     started = time.perf_counter()
-    torch.manual_seed(config.sampling.seed)  # as server_app._run_water
+    torch.manual_seed(config.sampling.seed)  # as WaterServer.begin
     model = LSTMForecaster.from_params(config.water_model, config.water_data.input_channels)
     state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-    aggregator = make_aggregator(config)
+    aggregator = config.family.aggregator(config)
     partitions = list(range(supernodes))
     with get_context("fork").Pool(workers, initializer=_init, initargs=(run_config,)) as pool:
         for server_round in range(1, config.run.num_server_rounds + 1):

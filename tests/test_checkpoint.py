@@ -281,3 +281,15 @@ def test_the_experiment_runner_resumes_an_interrupted_run_only_when_its_checkpoi
     assert after is None and "hk-tau" in why
     after, why = resume_point(folder, {**runner_config, "hk-taau": 0.5})
     assert after is None and "unknown run-config key 'hk-taau'" in why
+
+
+def test_a_run_recorded_under_an_old_key_name_resumes_under_the_new_one(tmp_path):
+    from bouquet.config import DEPRECATED_KEYS, AppConfig
+
+    config = AppConfig.from_run_config({"coalition-min-fraction": 0.25}).to_run_config()
+    recorded = {("hk-min-coalition-fraction" if k == "coalition-min-fraction" else k): v for k, v in config.items()}
+    write_checkpoint(tmp_path, 1, {"config": recorded, "version": "1"}, MODELS)
+    checkpoint = latest_checkpoint(tmp_path)
+    check_resumable(checkpoint, config, "1", renamed=DEPRECATED_KEYS)
+    with pytest.raises(CheckpointError, match="coalition-min-fraction: '<absent>' then, 0.25 now"):
+        check_resumable(checkpoint, config, "1")

@@ -94,3 +94,25 @@ def test_the_sketch_loss_is_cross_entropy_for_any_integer_labels_and_mse_for_for
     expected = -(np.log(np.exp(2) / (np.exp(2) + 1)) + np.log(np.e / (np.e + 1))) / 2  # by hand
     assert task_loss(logits, labels).item() == pytest.approx(expected, rel=1e-6)
     assert task_loss(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 1.0])).item() == pytest.approx(2.5)
+
+
+def test_a_node_builds_its_task_once_and_reuses_it():
+    """The ClientApp builds a node's task on its first message and reuses it for the next ones (a sketch query
+    alone asks three times); another node, or another run config, gets its own."""
+    from flwr.app import Context, RecordDict
+
+    from bouquet import client_app
+
+    config = AppConfig.from_run_config({})
+
+    def context(partition):
+        return Context(run_id=1, node_id=partition + 1, node_config={"partition-id": partition},
+                       state=RecordDict(), run_config={})
+
+    first = client_app.node_task(config, context(0))
+    assert client_app.node_task(config, context(0)) is first
+    other = client_app.node_task(config, context(1))
+    assert other is not first and other.partition_id == 1 and first.partition_id == 0
+    changed = AppConfig.from_run_config({"local-epochs": 2})
+    assert client_app.node_task(changed, context(0)) is not first
+    np.testing.assert_array_equal(client_app.node_task(changed, context(0)).windows.x_train, first.windows.x_train)

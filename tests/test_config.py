@@ -163,3 +163,23 @@ def test_personal_models_and_the_clustered_peers_are_valid_configs():
 
     for family in ("ifca", "cfl", "local"):
         assert AppConfig.from_run_config({"strategy": family}).spec == StrategySpec(family, family)
+
+
+def test_deprecated_hk_keys_of_what_hk_and_fixed_k_share_still_work_with_a_warning(caplog):
+    from bouquet.config import DEPRECATED_KEYS
+
+    old = AppConfig.from_run_config({"strategy": "fixed-k-cosine", "hk-min-coalition-fraction": 0.25,
+                                     "hk-update-norm-bound": 2.0, "hk-barycenter-weighting": "samples"})
+    assert "is deprecated: use 'coalition-min-fraction'" in caplog.text
+    new = AppConfig.from_run_config({"strategy": "fixed-k-cosine", "coalition-min-fraction": 0.25,
+                                     "coalition-update-norm-bound": 2.0, "coalition-barycenter-weighting": "samples"})
+    assert old == new and old.coalitions.min_coalition_fraction == 0.25
+    assert not set(DEPRECATED_KEYS) & set(new.to_run_config()), "a run records the new names only"
+    # flwr run passes the new key at its default (pyproject) beside the old one the user set: the set one wins
+    both = AppConfig.from_run_config({"coalition-min-fraction": 0.0, "hk-min-coalition-fraction": 0.25})
+    assert both.coalitions.min_coalition_fraction == 0.25
+    with pytest.raises(ConfigError, match="'hk-min-coalition-fraction' \\(deprecated\\) and 'coalition-min-fraction' "
+                                          "are both set"):
+        AppConfig.from_run_config({"coalition-min-fraction": 0.5, "hk-min-coalition-fraction": 0.25})
+    with pytest.raises(ConfigError, match="'coalition-barycenter-weighting'"):
+        AppConfig.from_run_config({"hk-barycenter-weighting": "most"})

@@ -99,7 +99,7 @@ def test_deployed_attackers_are_drawn_flagged_and_measured(tmp_path):
             start_supernode(deploy, partition, num_partitions=3)
         assert wait_for_nodes(deploy, 3) == 3
         done = deploy.run(ROOT, run_config=f'num-server-rounds=1 clients-per-round=3 fraction-evaluate=0 {SMALL} '
-                                           'attack="sign-flip" attack-fraction=0.34 hk-update-norm-bound=2.0 '
+                                           'attack="sign-flip" attack-fraction=0.34 coalition-update-norm-bound=2.0 '
                                            f'results-dir="{tmp_path / "results"}" run-name="attacked" seed=4')
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]

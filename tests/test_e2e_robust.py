@@ -30,7 +30,7 @@ def test_water_sign_flippers_against_multikrum(run_app):
 
 def test_digits_alie_against_hk_with_its_robust_options(run_app):
     folder, stdout = run_app(f'{DIGITS} strategy="hk-cosine" hk-opinion-space="updates" hk-tau=0.5 '
-                             'hk-update-norm-bound=1.0 hk-min-coalition-fraction=0.3 '
+                             'coalition-update-norm-bound=1.0 coalition-min-fraction=0.3 '
                              'attack="alie" attack-fraction=0.2', supernodes=5)
     run = RunFolder(folder)
     (train,) = run.rounds("train")

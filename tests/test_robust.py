@@ -203,17 +203,17 @@ def test_fixed_k_takes_the_same_options():
 
 def test_run_config_keys_reach_the_aggregator():
     for strategy in ("hk-cosine", "fixed-k-euclidean"):
-        config = AppConfig.from_run_config({"strategy": strategy, "hk-min-coalition-fraction": 0.2,
-                                            "hk-update-norm-bound": 3})
+        config = AppConfig.from_run_config({"strategy": strategy, "coalition-min-fraction": 0.2,
+                                            "coalition-update-norm-bound": 3})
         params = build_strategy(config).aggregator.params
         assert (params.min_coalition_fraction, params.update_norm_bound) == (0.2, 3.0)
 
 
 @pytest.mark.parametrize("run_config, key, message", [
-    ({"hk-min-coalition-fraction": 2.0}, "hk-min-coalition-fraction", "must be in"),
-    ({"hk-update-norm-bound": -1.0}, "hk-update-norm-bound", "finite number > 0"),
-    ({"strategy": "fedavg", "hk-update-norm-bound": 2.0}, "hk-update-norm-bound", "forms no coalitions"),
-    ({"strategy": "ifca", "hk-min-coalition-fraction": 0.1}, "hk-min-coalition-fraction", "forms no coalitions"),
+    ({"coalition-min-fraction": 2.0}, "coalition-min-fraction", "must be in"),
+    ({"coalition-update-norm-bound": -1.0}, "coalition-update-norm-bound", "finite number > 0"),
+    ({"strategy": "fedavg", "coalition-update-norm-bound": 2.0}, "coalition-update-norm-bound", "forms no coalitions"),
+    ({"strategy": "ifca", "coalition-min-fraction": 0.1}, "coalition-min-fraction", "forms no coalitions"),
 ])
 def test_bad_robust_keys_name_the_key(run_config, key, message):
     with pytest.raises(ConfigError, match=message) as error:

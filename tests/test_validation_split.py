@@ -144,7 +144,7 @@ def test_naive_forecasts_on_validation_and_the_blend_only_with_a_split():
 
 
 def test_the_summary_chooses_the_best_naive_forecaster_on_validation():
-    from bouquet.server_app import naive_summary
+    from bouquet.tasks.water_server import naive_summary
 
     rows = [  # two households; test and validation MAEs of two naive forecasters
         {"mae-litres": 9.0, "naive-window-median": 10.0, "naive-train-days-mean": 8.0,
@@ -162,9 +162,9 @@ def test_the_summary_chooses_the_best_naive_forecaster_on_validation():
     # mean (test 10 > 9: beaten); on test, household 1's best is 8 (not beaten)
     assert s["households-beating-own-best-naive"] == 1.0
     assert s["households-beating-own-best-naive-on-test"] == 0.5
-    from bouquet.server_app import _naive_text
+    from bouquet.tasks.water_server import naive_text
 
-    assert _naive_text(s) == (" (window median: 11.00 L/day, the best naive forecast on validation; skill +18.2 %; "
+    assert naive_text(s) == (" (window median: 11.00 L/day, the best naive forecast on validation; skill +18.2 %; "
                               "100 % of households beat their own on validation)")
     plain = naive_summary([{k: v for k, v in r.items() if "-val-" not in k} for r in rows])
     assert plain["best-naive"] == "train-days mean" and plain["best-naive-chosen-on"] == "test"

@@ -176,7 +176,7 @@ def test_naive_errors_are_litre_maes_through_the_scaler():
 
 
 def test_the_summary_puts_the_naive_forecasters_beside_the_model():
-    from bouquet.server_app import _naive_text, naive_summary
+    from bouquet.tasks.water_server import naive_summary, naive_text
 
     rows = [{"mae-litres": 10.0, "naive-last-value": 12.0, "naive-window-mean": 8.0},
             {"mae-litres": 20.0, "naive-last-value": 30.0, "naive-window-mean": 25.0}]
@@ -185,8 +185,8 @@ def test_the_summary_puts_the_naive_forecasters_beside_the_model():
     assert summary["best-naive"] == "window mean" and summary["best-naive-mae-litres"] == 16.5
     assert summary["skill-vs-best-naive"] == pytest.approx(1 - 15.0 / 16.5)
     assert summary["households-beating-own-best-naive"] == 0.5  # 10 > 8, 20 < 25
-    assert _naive_text(summary) == " (window mean: 16.50 L/day, the best naive forecast; skill +9.1 %)"
-    assert naive_summary([{"mae-litres": 1.0}]) == {} and _naive_text({}) == ""
+    assert naive_text(summary) == " (window mean: 16.50 L/day, the best naive forecast; skill +9.1 %)"
+    assert naive_summary([{"mae-litres": 1.0}]) == {} and naive_text({}) == ""
 
 
 def test_window_mean_baseline_starts_as_the_naive_forecaster_and_learns_the_rest():

@@ -62,6 +62,7 @@ from bouquet.params import require
 
 __all__ = [
     "GEOMETRIES",
+    "WEIGHTINGS",
     "HKParams",
     "HKResult",
     "coalition_weights",
@@ -78,6 +79,8 @@ __all__ = [
 ]
 
 GEOMETRIES = ("euclidean", "cosine", "cosine-bounded")
+#: How members count in their coalition's barycenter (eq. 15): equally (the paper) or by their samples.
+WEIGHTINGS = ("uniform", "samples")
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class HKParams:
     s_max: int = 50
     coalition_tol: float = 1e-6
     opinions: str = "auto"
-    barycenter_weighting: str = "uniform"
+    barycenter_weighting: str = WEIGHTINGS[0]
 
     def __post_init__(self) -> None:
         require(self.geometry in GEOMETRIES, "geometry", f"geometry must be one of {GEOMETRIES}, got {self.geometry!r}")
@@ -135,8 +138,8 @@ class HKParams:
         require(self.coalition_tol >= 0, "coalition_tol", f"coalition_tol must be >= 0, got {self.coalition_tol}")
         require(self.opinions in ("auto", "normalized", "raw"), "opinions",
                 f"opinions must be 'auto', 'normalized' or 'raw', got {self.opinions!r}")
-        require(self.barycenter_weighting in ("uniform", "samples"), "barycenter_weighting",
-                f"barycenter_weighting must be 'uniform' or 'samples', got {self.barycenter_weighting!r}")
+        require(self.barycenter_weighting in WEIGHTINGS, "barycenter_weighting",
+                f"barycenter_weighting must be one of {WEIGHTINGS}, got {self.barycenter_weighting!r}")
 
     @property
     def normalizes_opinions(self) -> bool:

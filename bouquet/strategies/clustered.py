@@ -43,7 +43,7 @@ from bouquet.losses import LOSSES_ACTION
 from bouquet.strategies.aggregation import WeightedMean
 from bouquet.strategies.arrays import Model, to_numpy, to_record
 from bouquet.strategies.models import SHARED, AssignedModels
-from bouquet.strategies.params import SamplingParams
+from bouquet.strategies.params import SamplingParams, SelectionParams
 from bouquet.strategies.rounds import Aggregate, ClientUpdates, RoundContext, Sample
 from bouquet.strategies.sampling import UniformSampler
 
@@ -119,7 +119,8 @@ class IFCASampler:
     #: Why aggregation needs the configured round (each reply's cluster is the one chosen there).
     configure_needed = "each client's cluster is chosen by its losses in configure_train"
 
-    def __init__(self, params: IFCAParams, sampling: SamplingParams, query_timeout: float = 600.0) -> None:
+    def __init__(self, params: IFCAParams, sampling: SamplingParams,
+                 query_timeout: float = SelectionParams.query_timeout) -> None:
         self.params = params
         self.sampling = sampling
         self.query_timeout = query_timeout

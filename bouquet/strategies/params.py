@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from bouquet.algorithms.hk import WEIGHTINGS
 from bouquet.params import require
 
 __all__ = [
@@ -38,8 +39,6 @@ SKETCH_SOURCES = ("global-gradient", "local-update")
 UPDATE_SELECTOR_NEEDS = ("sketches", "num_examples")
 #: What HK's opinions are: the trained models (the paper) or their updates.
 OPINION_SPACES = ("weights", "updates")
-#: How members count in their coalition's barycenter.
-WEIGHTINGS = ("uniform", "samples")
 #: What coalition aggregation serves: one shared model (eq. 16) or each coalition its own.
 COALITION_MODELS = ("shared", "personal")
 #: Flower's Byzantine-robust aggregation rules (flwr.serverapp.strategy), selectable as aggregator parts.
@@ -209,7 +208,7 @@ class CoalitionParams:
         feature extractor's updates tell the known groups apart from round 1, the whole update does not.
     """
 
-    barycenter_weighting: str = "uniform"
+    barycenter_weighting: str = WEIGHTINGS[0]
     opinion_space: str = "weights"
     record_trajectories: bool = False
     min_coalition_fraction: float = 0.0

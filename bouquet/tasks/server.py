@@ -1,0 +1,134 @@
+"""The server half that both tasks share: what a task's server side does, and the parts of its work that are
+the same for every task (the final evaluation on every node and the summary's common entries).
+
+A task's server half (:class:`ServerTask`; :class:`bouquet.tasks.water_server.WaterServer`,
+:class:`bouquet.tasks.vision_server.VisionServer`) gives the run its initial model and, where the task
+has one, its central evaluation, and writes the run's summary after the rounds.  The ServerApp wires it
+to the strategy; the client side of each task is :class:`bouquet.tasks.base.Task`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+
+from bouquet.algorithms.sckm import average_cardinality
+from bouquet.checkpoint import Checkpoint
+from bouquet.config import AppConfig
+from bouquet.messages import MessageFactory, flower_message
+from bouquet.personal_state import PersonalRun
+from bouquet.results import RunRecorder
+from bouquet.strategies.strategy import BouquetStrategy
+
+__all__ = ["ServerTask", "attack_summary", "evaluate_every_node", "final_clients",
+           "resume_summary", "selection_summary"]
+
+log = logging.getLogger(__name__)
+
+
+class ServerTask(Protocol):
+    """A task's server half."""
+
+    def new_model(self) -> torch.nn.Module:
+        """A fresh model of the task (IFCA's cluster models are drawn with it)."""
+        ...
+
+    def begin(self, recorder: RunRecorder, checkpoint: Checkpoint | None
+              ) -> tuple[ArrayRecord, Callable[[int, ArrayRecord], MetricRecord] | None]:
+        """The initial model (drawn from the run's torch seed) and the central evaluation, if any."""
+        ...
+
+    def finish(self, grid: Grid, strategy: BouquetStrategy, result: Result, recorder: RunRecorder,
+               checkpoint: Checkpoint | None, personal: PersonalRun | None, started: float) -> dict[str, Any]:
+        """After the rounds: evaluate where the task does, write and log ``summary.json``; return it."""
+        ...
+
+
+def evaluate_every_node(grid: Grid, served: dict[int, tuple[str, ArrayRecord]], timeout: float,
+                        recorder: RunRecorder | None = None,
+                        new_message: MessageFactory = flower_message,
+                        entries: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Evaluate on every node in ``served`` the model it is served (``node -> (store key, arrays)``).
+
+    One row per replying node, with the key of its model (``model``).  Nodes that return forecasts
+    (``predictions`` ArrayRecord) have them appended to ``predictions.csv`` (partition id, household,
+    day, actual and predicted litres).  ``entries`` go into the evaluation config beside ``final``
+    (the run that personal state belongs to).
+    """
+    config = ConfigRecord({"final": True, **(entries or {})})
+    contents: dict[str, RecordDict] = {}
+    messages = []
+    for node, (key, arrays) in served.items():
+        if key not in contents:
+            contents[key] = RecordDict({"arrays": arrays, "config": config})
+        messages.append(new_message(contents[key], "evaluate", node, "final"))
+    answered = []
+    for reply in grid.send_and_receive(messages, timeout=timeout):
+        if reply.has_error():
+            log.warning("final evaluation: node %d failed: %s", reply.metadata.src_node_id, reply.error.reason)
+            continue
+        row: dict[str, Any] = {"node_id": reply.metadata.src_node_id}
+        row.update(dict(reply.content.config_records["info"]))
+        row.update(dict(reply.content.metric_records["metrics"]))
+        row["model"] = served[reply.metadata.src_node_id][0] if reply.metadata.src_node_id in served else ""
+        answered.append((row, reply))
+    rows = []
+    # in partition order, not arrival order, so that predictions.csv is the same file in every run
+    for row, reply in sorted(answered, key=lambda pair: pair[0]["partition-id"]):
+        rows.append(row)
+        if recorder is not None and "predictions" in reply.content.array_records:
+            forecast = {k: v.numpy() for k, v in reply.content.array_records["predictions"].items()}
+            days = forecast["day"].astype("datetime64[D]").astype(str)
+            recorder.append_rows("predictions", [
+                {"partition-id": row["partition-id"], "household": row["household"], "day": day,
+                 "actual-litres": float(a), "predicted-litres": float(p)}
+                for day, a, p in zip(days, forecast["actual-litres"], forecast["predicted-litres"])])
+    return rows
+
+
+def final_clients(grid: Grid, config: AppConfig, strategy: BouquetStrategy, recorder: RunRecorder,
+                   personal: PersonalRun | None = None) -> list[dict]:
+    """Every node evaluates the model it is served; rows to ``clients.csv`` (with the model's key)."""
+    rows = evaluate_every_node(grid, strategy.serve(grid), timeout=config.run.round_timeout, recorder=recorder,
+                               entries=personal.entries() if personal is not None else None)
+    recorder.append_rows("clients", rows)
+    return rows
+
+
+def selection_summary(config: AppConfig, strategy: BouquetStrategy) -> dict[str, Any]:
+    """The selector, and what it did: clusters per round and C* (eq. 10), sketch bytes."""
+    if config.run.selection == "random":
+        return {"selection": "random"}
+    clusters = [h["clusters"] for h in strategy.history if "clusters" in h]
+    summary: dict[str, Any] = {"selection": config.run.selection, "selection-mode": config.selection.mode}
+    if clusters:
+        summary |= {"clusters-per-round": clusters, "c-star": average_cardinality(clusters)}
+    sketch = [h["sketch-bytes"] for h in strategy.history if "sketch-bytes" in h]
+    if sketch:
+        summary |= {"sketch-bytes-per-round": float(np.mean(sketch)),
+                    "model-bytes": strategy.history[-1].get("model-bytes")}
+    return summary
+
+
+def resume_summary(checkpoint: Checkpoint | None) -> dict[str, Any]:
+    """``resumed-after-round`` in a resumed run's summary (the last resume, if several)."""
+    return {} if checkpoint is None else {"resumed-after-round": checkpoint.server_round}
+
+
+def attack_summary(config: AppConfig, rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+    """The attackers (partition ids) and the honest clients' mean ``metric``, in attacked runs only."""
+    if not config.attack.active:
+        return {}
+    bad = [bool(r.get("attacker", False)) for r in rows]
+    honest = np.array([float(r[metric]) for r, b in zip(rows, bad) if not b])
+    return {"attack": config.attack.attack, "attack-fraction": config.attack.fraction,
+            "attack-scale": config.attack.strength,
+            "attackers": sorted(int(r["partition-id"]) for r, b in zip(rows, bad) if b),
+            f"{metric}-honest-mean": float(honest.mean()) if len(honest) else None}
