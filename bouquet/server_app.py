@@ -10,13 +10,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import Result
 
 from bouquet import __version__
 from bouquet.checkpoint import Checkpoint, checkpoint_to_resume, rewind_files
@@ -26,8 +25,8 @@ from bouquet.grid import PollingGrid
 from bouquet.personal_state import PersonalRun
 from bouquet.results import RunRecorder
 from bouquet.strategies.attacks import AttackHarness
-from bouquet.strategies.checkpoints import restore, save_checkpoint
-from bouquet.strategies.observers import ConsoleLines, Observer, RecorderObserver, TrajectoryWriter
+from bouquet.strategies.checkpoints import Checkpointing, restore
+from bouquet.strategies.hooks import CentralEvaluation, ConsoleLines, Hook, RecorderObserver, TrajectoryWriter
 from bouquet.strategies.sampling import Sampler, UniformSampler
 from bouquet.strategies.selection import SketchSelection
 from bouquet.strategies.server_opt import ServerOptimizer
@@ -53,12 +52,12 @@ def server_task(config: AppConfig) -> ServerTask:
 
 
 def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
-                   cluster_models: list[ArrayRecord] | None = None) -> BouquetStrategy:
+                   cluster_models: list[ArrayRecord] | None = None, hooks: Sequence[Hook] = ()) -> BouquetStrategy:
     """The app's strategy: a sampler (``selection``) and an aggregator (``strategy``), composed freely.
 
     With a recorder, the run folder receives every round's records and, when HK trajectories are
     recorded, ``trajectories/round-NNN.npz``.  ``cluster_models`` are IFCA's K initial models (default:
-    the initial model perturbed K times).
+    the initial model perturbed K times); ``hooks`` follow the recording ones (central evaluation, checkpoints).
     """
     # the vision task scores the global model centrally unless its clients evaluate; every node of the app
     # is waited for one at a time
@@ -77,11 +76,11 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
     else:
         sampler = SketchSelection(config.selector(), sampling, config.selection)
     entries = family.train_entries(config)
-    observers: list[Observer] = [ConsoleLines()]
+    parts: list[Hook] = [ConsoleLines()]
     if recorder is not None:
-        observers.append(RecorderObserver(recorder))
+        parts.append(RecorderObserver(recorder))
         if family.opinions and config.coalitions.record_trajectories:
-            observers.append(TrajectoryWriter(recorder.folder / "trajectories"))
+            parts.append(TrajectoryWriter(recorder.folder / "trajectories"))
     aggregator = family.aggregator(config)
     if by_updates:
         aggregator = UpdateSelection(aggregator, config.selector(), config.sampling.clients_per_round,
@@ -91,7 +90,7 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
     if config.server_opt.active:  # outermost: the server step moves whatever the parts inside made
         aggregator = ServerOptimizer(aggregator, config.server_opt)
     return BouquetStrategy(sampler=sampler, aggregator=aggregator, models=family.models(config, cluster_models),
-                           train_config=entries, observers=observers)
+                           train_config=entries, hooks=(*parts, *hooks))
 
 
 @app.main()
@@ -110,10 +109,18 @@ def main(grid: Grid, context: Context) -> None:
     log.info("bouquet: results in %s", recorder.folder)
     task = server_task(config)
     initial, evaluate = task.begin(recorder, checkpoint)
-    strategy = build_strategy(config, recorder, config.family.initial_models(config, task.new_model))
     # the run whose personal state the nodes keep (personal layers, Ditto), named in every message
     personal = PersonalRun.for_folder(recorder.folder, checkpoint) if config.personal.stateful else None
-    result = _start(strategy, grid, config, recorder, initial, checkpoint, evaluate, personal)
+    header: dict[str, Any] = {"config": config.to_run_config(), "version": __version__}
+    if personal is not None:
+        header["personal-lineage"] = list(personal.lineage)
+    hooks = (*([CentralEvaluation(evaluate)] if evaluate is not None else []),
+             Checkpointing(recorder.folder, header, config.checkpoint, run.num_server_rounds))
+    strategy = build_strategy(config, recorder, config.family.initial_models(config, task.new_model), hooks)
+    result = restore(strategy, grid, checkpoint) if checkpoint is not None else None  # resuming: where it was
+    entries = ConfigRecord(personal.entries() if personal is not None else {})
+    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=run.num_server_rounds,
+                            timeout=run.round_timeout, train_config=entries, evaluate_config=entries, result=result)
     task.finish(grid, strategy, result, recorder, checkpoint, personal, started)
 
 
@@ -126,23 +133,3 @@ def _reopen(config: AppConfig) -> tuple[RunRecorder, Checkpoint]:
         log.info("resume: %s", change)
     log.info("resume: %s after round %d", folder, checkpoint.server_round)
     return RunRecorder.reopen(folder), checkpoint
-
-
-def _start(strategy: BouquetStrategy, grid: Grid, config: AppConfig, recorder: RunRecorder, initial: ArrayRecord,
-           checkpoint: Checkpoint | None, evaluate_fn: Callable[[int, ArrayRecord], MetricRecord] | None = None,
-           personal: PersonalRun | None = None) -> Result:
-    """Run the rounds (from the checkpoint's, when resuming), checkpointing as ``checkpoint-*`` says."""
-    run, params = config.run, config.checkpoint
-    result = restore(strategy, grid, checkpoint) if checkpoint is not None else None
-    header: dict[str, Any] = {"config": config.to_run_config(), "version": __version__}
-    entries = ConfigRecord(personal.entries() if personal is not None else {})
-    if personal is not None:
-        header["personal-lineage"] = list(personal.lineage)
-
-    def on_round_end(server_round: int, so_far: Result) -> None:
-        if params.due(server_round, run.num_server_rounds):
-            save_checkpoint(strategy, so_far, recorder.folder, header, keep=params.keep)
-
-    return strategy.start(grid=grid, initial_arrays=initial, num_rounds=run.num_server_rounds,
-                          timeout=run.round_timeout, train_config=entries, evaluate_config=entries,
-                          evaluate_fn=evaluate_fn, on_round_end=on_round_end, result=result)

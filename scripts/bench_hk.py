@@ -110,7 +110,7 @@ def flower_adapters(weights: np.ndarray, samples: np.ndarray, params: HKParams, 
     configured = TrainRound(1, nodes, {n: sent for n in nodes}, ConfigRecord(), ())
     flower, mean = FedAvg(), SeededFedAvg()
     hk = HKFedAvg(geometry=params.geometry, tau=params.tau)
-    mean.observers = hk.observers = ()
+    mean.hooks = hk.hooks = ()
     t_flower, _ = best_of(repeat, lambda: flower.aggregate_train(1, replies))
     t_mean, _ = best_of(repeat, lambda: mean.aggregate_train_round(configured, replies))
     t_hk, _ = best_of(repeat, lambda: hk.aggregate_train_round(configured, replies))

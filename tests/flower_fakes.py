@@ -18,6 +18,8 @@ from flwr.app import (
 )
 from flwr.app.error import Error
 
+from bouquet.strategies.hooks import Hook
+
 _ids = itertools.count(1)
 
 
@@ -111,7 +113,7 @@ class ListRecorder:
         self.rows.setdefault(table, []).extend(rows)
 
 
-class ListObserver:
+class ListHook(Hook):
     """Keeps every round event."""
 
     def __init__(self):

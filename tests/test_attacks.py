@@ -11,7 +11,7 @@ from bouquet.params import ParamError
 from bouquet.server_app import build_strategy
 from bouquet.strategies import BouquetStrategy, SamplingParams, UniformSampler, WeightedMean
 from bouquet.strategies.attacks import AttackHarness
-from bouquet.strategies.observers import RecorderObserver
+from bouquet.strategies.hooks import RecorderObserver
 from bouquet.strategies.rounds import TrainRound
 from tests.flower_fakes import ListRecorder, make_message, reply
 
@@ -125,7 +125,7 @@ def _round(inner, attack, flags, updates, sent):
                for i, (u, f) in enumerate(zip(updates, flags))]
     recorder = ListRecorder()
     strategy = BouquetStrategy(sampler=UniformSampler(SamplingParams()), aggregator=AttackHarness(inner, attack),
-                               observers=[RecorderObserver(recorder)])
+                               hooks=[RecorderObserver(recorder)])
     nodes = tuple(r.metadata.src_node_id for r in replies)
     arrays, _ = strategy.aggregate_train_round(
         TrainRound(1, nodes, {n: _vector(sent) for n in nodes}, ConfigRecord(), ()), replies)

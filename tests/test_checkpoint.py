@@ -31,7 +31,8 @@ from bouquet.params import ParamError
 from bouquet.results import RunRecorder
 from bouquet.strategies import BouquetStrategy, Coalitions, HKRule, SamplingParams, UniformSampler
 from bouquet.strategies.arrays import to_numpy, to_record
-from bouquet.strategies.checkpoints import restore, save_checkpoint
+from bouquet.strategies.checkpoints import Checkpointing, restore
+from bouquet.strategies.hooks import StopWhen
 from bouquet.strategies.models import AssignedModels
 from tests.flower_fakes import FakeGrid, make_message, reply_to
 
@@ -182,11 +183,11 @@ def _grid(base):
     return FakeGrid(sorted(keys), keys=keys, handler=handler)
 
 
-def _strategy(wait=30.0):
+def _strategy(wait=30.0, hooks=None):
     return BouquetStrategy(sampler=UniformSampler(SamplingParams(clients_per_round=4, seed=3, node_wait_seconds=wait,
                                                                  identify_nodes=True)),
                            aggregator=Coalitions(HKRule(HKParams(tau=0.9))), models=AssignedModels(),
-                           message_factory=make_message)
+                           hooks=hooks, message_factory=make_message)
 
 
 def _served(strategy, grid):
@@ -200,11 +201,11 @@ def test_a_resumed_strategy_with_new_node_ids_ends_where_the_uninterrupted_one_d
     final = whole.start(grid, initial, num_rounds=5)
     expected = _served(whole, grid)
 
-    first = _strategy()
-    saved = []
-    first.start(_grid(100), initial, num_rounds=5,
-                on_round_end=lambda r, result: saved.append(save_checkpoint(first, result, tmp_path, {}))
-                if r == 3 else None, should_stop=lambda r, _: r == 3)
+    first = _strategy(hooks=[Checkpointing(tmp_path, {}, CheckpointParams(every=3), num_rounds=5),
+                             StopWhen(lambda r, _: r == 3)])
+    first.start(_grid(100), initial, num_rounds=5)
+    saved = list_checkpoints(tmp_path)
+    assert [p.name for p in saved] == ["round-0003.npz"] and first.server_round == 3
     checkpoint = read_checkpoint(saved[0])
     assert "100" not in json.dumps(checkpoint.meta["state"])  # no node id of the old run
 
@@ -248,11 +249,10 @@ def test_the_server_reopens_only_an_unfinished_run_with_a_matching_checkpoint(tm
 
 
 def test_a_node_without_a_stable_key_does_not_stop_the_checkpoint(tmp_path, caplog):
-    strategy, grid = _strategy(), _grid(100)
+    strategy, grid = _strategy(hooks=[Checkpointing(tmp_path, {}, CheckpointParams(), num_rounds=2)]), _grid(100)
     grid.keys.pop(105)  # node 105 answers no identity query (a ClientApp without the handler, or too slow)
     with caplog.at_level(logging.WARNING):
-        strategy.start(grid, to_record({"w": np.array([0.1, 0.1], dtype=np.float32)}), num_rounds=2,
-                       on_round_end=lambda r, result: save_checkpoint(strategy, result, tmp_path, {}))
+        strategy.start(grid, to_record({"w": np.array([0.1, 0.1], dtype=np.float32)}), num_rounds=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["round-0001.npz", "round-0002.npz"]
     assert "1 node(s) reported no stable identity" in caplog.text
     assert read_checkpoint(list_checkpoints(tmp_path)[-1]).meta["state"]["nodes"]["keys"]["105"] is None

@@ -36,7 +36,7 @@ from bouquet.strategies import (
 from bouquet.strategies.arrays import to_numpy, to_record
 from bouquet.strategies.clustered import cluster_keys, ifca_models
 from bouquet.strategies.rounds import Aggregate, ClientUpdates, TrainRound
-from tests.flower_fakes import FakeGrid, ListObserver, ListRecorder, make_message, reply_to
+from tests.flower_fakes import FakeGrid, ListHook, ListRecorder, make_message, reply_to
 from tests.test_hk_strategy import model
 
 
@@ -130,10 +130,10 @@ TARGETS = [[4.0, 0.0], [0.0, 4.0], [4.2, 0.0], [0.0, 4.2], [3.8, 0.0], [0.0, 3.8
 
 def test_hk_personal_models_serve_each_client_its_coalition_model_and_beat_the_shared_one():
     def run(store):
-        observer = ListObserver()
+        observer = ListHook()
         strategy = BouquetStrategy(sampler=UniformSampler(SamplingParams(clients_per_round=6)),
                                    aggregator=Coalitions(HKRule(HKParams(geometry="cosine", tau=0.9))),
-                                   models=store, observers=[observer], message_factory=make_message)
+                                   models=store, hooks=[observer], message_factory=make_message)
         strategy.start(_clients(TARGETS), to_record(vec(0.1, 0.1)), num_rounds=4)
         return observer, strategy
 
@@ -161,10 +161,10 @@ def test_ifca_assignment_by_hand_and_cluster_means():
 
 def test_ifca_sends_each_client_the_model_of_its_lowest_loss_cluster():
     initial = [to_record(vec(4.0, 0.0)), to_record(vec(0.0, 4.0))]
-    observer = ListObserver()
+    observer = ListHook()
     strategy = BouquetStrategy(sampler=IFCASampler(IFCAParams(k=2), SamplingParams(clients_per_round=4, seed=1)),
                                aggregator=ClusterMeans(), models=ifca_models(IFCAParams(k=2), 1, initial),
-                               observers=[observer], message_factory=make_message)
+                               hooks=[observer], message_factory=make_message)
     grid = _clients(TARGETS)
     strategy.start(grid, to_record(vec(0.0, 0.0)), num_rounds=2)
     for msg in grid.sent:
@@ -281,7 +281,7 @@ def test_coalition_rows_go_to_coalition_models_csv_through_the_recorder():
     strategy = BouquetStrategy(sampler=UniformSampler(SamplingParams(clients_per_round=2)),
                                aggregator=Coalitions(HKRule(HKParams(geometry="cosine", tau=0.5))),
                                models=AssignedModels(), message_factory=make_message,
-                               observers=[RecorderObserver(recorder)])
+                               hooks=[RecorderObserver(recorder)])
     replies = [reply_to(make_message(RecordDict(), "train", n, "1"), RecordDict({
         "arrays": model([float(n == 1)], [float(n == 2)]), "metrics": MetricRecord({"num-examples": 1})}))
         for n in (1, 2)]

@@ -85,7 +85,7 @@ def test_the_optimizer_state_goes_through_a_checkpoint_and_resumes_to_the_same_m
 
     def strategy():
         return BouquetStrategy(sampler=UniformSampler(SamplingParams(seed=0, min_available_nodes=2)),
-                               aggregator=ServerOptimizer(WeightedMean(), params), observers=(),
+                               aggregator=ServerOptimizer(WeightedMean(), params), hooks=(),
                                message_factory=make_message)
 
     def train_round(s, grid, server_round):
@@ -111,6 +111,6 @@ def test_the_optimizer_state_goes_through_a_checkpoint_and_resumes_to_the_same_m
     train_round(resumed, grid, 3)
     for key in ("w", "b"):
         np.testing.assert_array_equal(resumed.models.shared[key].numpy(), whole.models.shared[key].numpy())
-    plain = BouquetStrategy(aggregator=WeightedMean(), observers=())
+    plain = BouquetStrategy(aggregator=WeightedMean(), hooks=())
     with pytest.raises(ValueError, match="keeps none"):
         plain.load_state(saved)

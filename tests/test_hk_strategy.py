@@ -7,7 +7,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 from bouquet.strategies import HKFedAvg, TrajectoryWriter
 from bouquet.strategies.arrays import FlatLayout, all_finite, array_view, stack_records, to_numpy
 from bouquet.strategies.rounds import TrainRound
-from tests.flower_fakes import ListObserver, ListRecorder, arrays, reply
+from tests.flower_fakes import ListHook, ListRecorder, arrays, reply
 
 
 def aggregate(strategy, replies, sent, server_round=1):
@@ -77,11 +77,11 @@ def test_sample_weighted_barycenters():
     np.testing.assert_allclose(result["w"].numpy(), [2.5])  # one coalition, (1*1 + 3*3) / 4
 
 
-def test_trajectories_reach_the_observers_and_the_writer_on_request(tmp_path):
+def test_trajectories_reach_the_hooks_and_the_writer_on_request(tmp_path):
     replies = [reply(i, arrays(float(i))) for i in (1, 2, 3)]
-    observer = ListObserver()
+    observer = ListHook()
     strategy = HKFedAvg(record_trajectories=True)
-    strategy.observers = (observer, TrajectoryWriter(tmp_path / "trajectories"))
+    strategy.hooks = (observer, TrajectoryWriter(tmp_path / "trajectories"))
     aggregate(strategy, replies, arrays(0.0), server_round=5)
     (event,) = observer.events
     kept = event.artifacts["hk-trajectory"]
@@ -89,9 +89,9 @@ def test_trajectories_reach_the_observers_and_the_writer_on_request(tmp_path):
     with np.load(tmp_path / "trajectories" / "round-005.npz") as stored:
         assert stored["projection"].shape == (len(kept["history"]), 3, 2)
         assert stored["node_ids"].tolist() == [1, 2, 3] and len(stored["labels"]) == 3
-    plain = ListObserver()
+    plain = ListHook()
     without = HKFedAvg()
-    without.observers = (plain,)
+    without.hooks = (plain,)
     aggregate(without, replies, arrays(0.0))
     assert "hk-trajectory" not in plain.events[0].artifacts
 

@@ -90,7 +90,7 @@ def _record(values):
 def _strategy():
     return BouquetStrategy(sampler=UniformSampler(SamplingParams(seed=3, clients_per_round=3, min_available_nodes=6)),
                            aggregator=memory_hk(formation="linkage", decay=0.8), models=AssignedModels(),
-                           observers=(), message_factory=make_message)
+                           hooks=(), message_factory=make_message)
 
 
 def _train_round(strategy, grid, server_round):

@@ -101,7 +101,7 @@ def test_failed_and_silent_nodes_are_never_selected_and_are_named(caplog):
 def test_the_strategy_trains_only_the_selected_nodes_and_records_the_choice():
     table, _ = _table()
     recorder = ListRecorder()
-    strategy = BouquetStrategy(sampler=sampler(SCKMClusterSelector(), 4), observers=[RecorderObserver(recorder)],
+    strategy = BouquetStrategy(sampler=sampler(SCKMClusterSelector(), 4), hooks=[RecorderObserver(recorder)],
                                message_factory=make_message)
     plan = strategy.configure_train_round(1, ConfigRecord({"lr": 0.1}), QueryGrid(table))
     assert set(plan.node_ids) == set(strategy.history[-1]["selected"]) and len(plan.node_ids) == 4

@@ -37,14 +37,14 @@ from bouquet.strategies import (
 )
 from bouquet.strategies.arrays import to_numpy
 from bouquet.strategies.rounds import ClientUpdates, TrainRound
-from tests.flower_fakes import FakeGrid, ListObserver, ListRecorder, arrays, make_message, reply, reply_to
+from tests.flower_fakes import FakeGrid, ListHook, ListRecorder, arrays, make_message, reply, reply_to
 
 
 def strategy(recorder=None, **sampling):
     """A strategy whose nodes report their identity (as bouquet's app), unless told ``identify_nodes=False``."""
-    observers = [RecorderObserver(recorder)] if recorder is not None else []
+    hooks = [RecorderObserver(recorder)] if recorder is not None else []
     sampling.setdefault("identify_nodes", True)
-    return BouquetStrategy(sampler=UniformSampler(SamplingParams(**sampling)), observers=observers,
+    return BouquetStrategy(sampler=UniformSampler(SamplingParams(**sampling)), hooks=hooks,
                            message_factory=make_message)
 
 
@@ -305,9 +305,9 @@ def _clients(step):
 
 
 def test_start_runs_rounds_and_passes_each_record_from_configure_to_aggregate():
-    observer = ListObserver()
+    observer = ListHook()
     s = BouquetStrategy(sampler=UniformSampler(SamplingParams(clients_per_round=3, seed=2)),
-                        observers=[observer], message_factory=make_message)
+                        hooks=[observer], message_factory=make_message)
     evaluated = []
     result = s.start(_clients(0.5), arrays(0.0), num_rounds=3,
                      evaluate_fn=lambda r, a: evaluated.append((r, float(a["w"].numpy().mean()))) or None)
@@ -323,6 +323,38 @@ def test_start_runs_rounds_and_passes_each_record_from_configure_to_aggregate():
     np.testing.assert_allclose(result.arrays["w"].numpy(), expected, rtol=1e-6)
     assert all(len(p) == 3 for p in trained)
     assert sorted(result.train_metrics_clientapp) == [1, 2, 3] and sorted(result.evaluate_metrics_clientapp) == [1, 2, 3]
+
+
+def test_hooks_do_nothing_by_default_and_each_job_is_one_hook():
+    """Central evaluation, its record, the end of a round and early stop are each one hook; a hook overrides
+    only what it needs; Flower's evaluate_fn joins them as one more hook for its run."""
+    from bouquet.strategies.hooks import CentralEvaluation, Hook, StopWhen
+
+    class RoundEnds(Hook):
+        def __init__(self):
+            self.seen = []
+
+        def on_round_end(self, strategy, server_round, result):
+            self.seen.append((strategy.server_round, server_round, sorted(result.evaluate_metrics_serverapp)))
+
+    events, ends = ListHook(), RoundEnds()
+    plain = Hook()
+    assert plain.evaluate(1, arrays(0.0)) is None and plain.should_stop(1, None) is False
+    mean = CentralEvaluation(lambda r, a: MetricRecord({"mean": float(a["w"].numpy().mean())}))
+    rounds = CentralEvaluation(lambda r, a: MetricRecord({"round": r}))
+    s = BouquetStrategy(sampler=UniformSampler(SamplingParams(clients_per_round=3, seed=2)),
+                        hooks=[events, plain, mean, rounds, ends, StopWhen(lambda r, _: r == 2)],
+                        message_factory=make_message)
+    flower = []
+    result = s.start(_clients(0.5), arrays(0.0), num_rounds=4, evaluate_fn=lambda r, a: flower.append(r) or None)
+    assert s.server_round == 2 and flower == [0, 1, 2]  # stopped after round 2
+    assert [e.phase for e in events.events] == ["central", "train", "evaluate", "central", "train", "evaluate",
+                                                "central"]
+    central = [e for e in events.events if e.phase == "central"]
+    assert [(e.server_round, e.metrics["round"]) for e in central] == [(0, 0), (1, 1), (2, 2)]
+    assert central[0].metrics["mean"] == 0.0 and dict(result.evaluate_metrics_serverapp[2]) == dict(central[2].metrics)
+    # the round's records (its central evaluation included) are in before the round ends
+    assert ends.seen == [(1, 1, [0, 1]), (2, 2, [0, 1, 2])]
 
 
 def test_the_server_state_roundtrips_through_records_and_resumes_to_the_same_model():

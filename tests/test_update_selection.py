@@ -9,7 +9,7 @@ from bouquet.algorithms.selection import PowerOfChoiceSelector, RandomSelector, 
 from bouquet.config import AppConfig, ConfigError
 from bouquet.server_app import build_strategy
 from bouquet.strategies.aggregation import WeightedMean
-from bouquet.strategies.observers import RecorderObserver
+from bouquet.strategies.hooks import RecorderObserver
 from bouquet.strategies.params import SamplingParams
 from bouquet.strategies.rounds import ClientUpdates, TrainRound
 from bouquet.strategies.sampling import UniformSampler
@@ -42,7 +42,7 @@ def _round(selector, budget, deltas):
     recorder = ListRecorder()
     strategy = BouquetStrategy(sampler=UniformSampler(SamplingParams()),
                                aggregator=UpdateSelection(WeightedMean(), selector, budget, 1.0),
-                               observers=[RecorderObserver(recorder)])
+                               hooks=[RecorderObserver(recorder)])
     nodes = tuple(r.metadata.src_node_id for r in replies)
     arrays, _ = strategy.aggregate_train_round(
         TrainRound(1, nodes, {n: ArrayRecord({"w": Array(sent)}) for n in nodes}, ConfigRecord(), ()), replies)

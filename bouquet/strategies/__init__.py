@@ -1,7 +1,7 @@
 """Flower strategies (Message API) for heterogeneous clients: one composed strategy and its parts.
 
 :class:`BouquetStrategy` is made of a sampler (who trains), an aggregator (what the replies become), a
-model store (what each node receives), train-config parts and observers; any sampler with any
+model store (what each node receives), train-config parts and hooks; any sampler with any
 aggregator::
 
     from bouquet.strategies import BouquetStrategy, Coalitions, HKRule, SketchSelection
@@ -24,7 +24,54 @@ first use, so that ``bouquet.strategies.params`` (read by the app's config) load
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the names are, for readers and editors; at run time each loads on first use
+    from bouquet.strategies.aggregation import Coalitions, FixedKRule, HKRule, WeightedMean
+    from bouquet.strategies.checkpoints import Checkpointing
+    from bouquet.strategies.clustered import CFLClusters, ClusterMeans, IFCASampler, LocalModels
+    from bouquet.strategies.entries import ProximalTerm
+    from bouquet.strategies.hooks import (
+        CentralEvaluation,
+        ConsoleLines,
+        Hook,
+        RecorderObserver,
+        StopWhen,
+        TrajectoryWriter,
+    )
+    from bouquet.strategies.models import AssignedModels, SharedModel
+    from bouquet.strategies.params import (
+        CoalitionParams,
+        ModelStoreParams,
+        ProximalParams,
+        RecordParams,
+        RobustRuleParams,
+        SamplingParams,
+        SelectionParams,
+    )
+    from bouquet.strategies.replies import screen_replies
+    from bouquet.strategies.robust import FlowerRobustRule
+    from bouquet.strategies.sampling import NodeOrder, UniformSampler
+    from bouquet.strategies.selection import SketchSelection
+    from bouquet.strategies.server_opt import ServerOptimizer
+    from bouquet.strategies.state import ServerState
+    from bouquet.strategies.strategy import BouquetStrategy
+    from bouquet.strategies.wrappers import (
+        FixedKFedAvg,
+        HKFedAvg,
+        SeededBulyan,
+        SeededFedAvg,
+        SeededFedMedian,
+        SeededFedProx,
+        SeededFedTrimmedAvg,
+        SeededKrum,
+        SeededMultiKrum,
+        cfl_strategy,
+        ifca_strategy,
+        local_strategy,
+        robust_strategy,
+        selection_strategy,
+    )
 
 _EXPORTS = {
     "BouquetStrategy": "strategy",
@@ -40,7 +87,8 @@ _EXPORTS = {
     "ifca_strategy": "wrappers", "cfl_strategy": "wrappers", "local_strategy": "wrappers",
     "robust_strategy": "wrappers",
     "ProximalTerm": "entries",
-    "ConsoleLines": "observers", "RecorderObserver": "observers", "TrajectoryWriter": "observers",
+    "Hook": "hooks", "ConsoleLines": "hooks", "RecorderObserver": "hooks", "TrajectoryWriter": "hooks",
+    "CentralEvaluation": "hooks", "StopWhen": "hooks", "Checkpointing": "checkpoints",
     "ServerState": "state",
     "screen_replies": "replies",
     "SamplingParams": "params", "SelectionParams": "params", "CoalitionParams": "params", "ProximalParams": "params",
@@ -49,14 +97,14 @@ _EXPORTS = {
     "ServerOptimizer": "server_opt",
 }
 
-__all__ = ["AssignedModels", "BouquetStrategy", "CFLClusters", "ClusterMeans", "CoalitionParams",
-           "Coalitions", "ConsoleLines", "FixedKFedAvg", "FixedKRule", "FlowerRobustRule", "HKFedAvg",
-           "HKRule", "IFCASampler", "LocalModels", "ModelStoreParams", "NodeOrder", "ProximalParams",
-           "ProximalTerm", "RecordParams", "RecorderObserver", "RobustRuleParams", "SamplingParams",
-           "SeededBulyan", "SeededFedAvg", "SeededFedMedian", "SeededFedProx", "SeededFedTrimmedAvg",
-           "SeededKrum", "SeededMultiKrum", "SelectionParams", "ServerOptimizer", "ServerState",
-           "SharedModel", "SketchSelection", "TrajectoryWriter", "UniformSampler", "WeightedMean",
-           "cfl_strategy", "ifca_strategy", "local_strategy", "robust_strategy", "screen_replies",
+__all__ = ["AssignedModels", "BouquetStrategy", "CFLClusters", "CentralEvaluation", "Checkpointing", "ClusterMeans",
+           "CoalitionParams", "Coalitions", "ConsoleLines", "FixedKFedAvg", "FixedKRule", "FlowerRobustRule",
+           "HKFedAvg", "HKRule", "Hook", "IFCASampler", "LocalModels", "ModelStoreParams", "NodeOrder",
+           "ProximalParams", "ProximalTerm", "RecordParams", "RecorderObserver", "RobustRuleParams",
+           "SamplingParams", "SeededBulyan", "SeededFedAvg", "SeededFedMedian", "SeededFedProx",
+           "SeededFedTrimmedAvg", "SeededKrum", "SeededMultiKrum", "SelectionParams", "ServerOptimizer",
+           "ServerState", "SharedModel", "SketchSelection", "StopWhen", "TrajectoryWriter", "UniformSampler",
+           "WeightedMean", "cfl_strategy", "ifca_strategy", "local_strategy", "robust_strategy", "screen_replies",
            "selection_strategy"]
 
 

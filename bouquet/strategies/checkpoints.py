@@ -5,6 +5,7 @@ every model the store keeps, which node is served which, the stable node order, 
 the metrics gathered so far into one checkpoint file (:mod:`bouquet.checkpoint`), naming nodes by their
 stable key, not by Flower's node id.  :func:`restore` waits for the nodes, learns their new ids, and loads
 the state into a strategy built with the same parts, returning the metrics to go on with.
+:class:`Checkpointing` is the hook that saves one after each round ``checkpoint-*`` says.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from flwr.serverapp.strategy import Result
 from bouquet.checkpoint import (
     Checkpoint,
     CheckpointError,
+    CheckpointParams,
     join_arrays,
     keys_to_nodes,
     missing_keys,
@@ -32,9 +34,10 @@ from bouquet.checkpoint import (
     write_checkpoint,
 )
 from bouquet.strategies.arrays import to_numpy, to_record
+from bouquet.strategies.hooks import Hook
 from bouquet.strategies.state import ServerState
 
-__all__ = ["restore", "save_checkpoint"]
+__all__ = ["Checkpointing", "restore", "save_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -131,3 +134,29 @@ def restore(strategy: Any, grid: Grid, checkpoint: Checkpoint) -> Result:
     log.info("resumed from %s: round %d done, %d nodes mapped to this run's node ids", checkpoint.path,
              checkpoint.server_round, len(connected))
     return _result_from_json(meta.get("result", {}))
+
+
+class Checkpointing(Hook):
+    """Saves a checkpoint into ``run_folder`` after each round that ``params`` says is due.
+
+    Parameters
+    ----------
+    run_folder : str or Path
+    header : mapping
+        JSON-able entries of every checkpoint (the run config, the bouquet version).
+    params : CheckpointParams
+        How often and how many to keep.
+    num_rounds : int
+        The run's last round (always checkpointed).
+    """
+
+    def __init__(self, run_folder: str | Path, header: Mapping[str, Any], params: CheckpointParams,
+                 num_rounds: int) -> None:
+        self.run_folder = Path(run_folder)
+        self.header = dict(header)
+        self.params = params
+        self.num_rounds = num_rounds
+
+    def on_round_end(self, strategy: Any, server_round: int, result: Result) -> None:
+        if self.params.due(server_round, self.num_rounds):
+            save_checkpoint(strategy, result, self.run_folder, self.header, keep=self.params.keep)

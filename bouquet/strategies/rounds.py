@@ -2,7 +2,7 @@
 
 ``configure`` -> :class:`TrainRound` -> (Flower sends, nodes train) -> screened replies ->
 :class:`ClientUpdates` -> aggregator -> :class:`Aggregate` -> model store; evaluation has its
-:class:`EvaluateRound`; observers receive :class:`RoundEvent`.  Samplers get a :class:`RoundContext` and
+:class:`EvaluateRound`; hooks receive :class:`RoundEvent`.  Samplers get a :class:`RoundContext` and
 return a :class:`Sample`.
 """
 
@@ -198,7 +198,7 @@ class Aggregate:
     tables : dict
         Rows per table (e.g. ``coalitions``), written before the round record.
     artifacts : dict
-        Larger per-round outputs for observers (e.g. ``hk-trajectory``).
+        Larger per-round outputs for hooks (e.g. ``hk-trajectory``).
     labels : numpy.ndarray, optional
         Coalition of each update that took part (aligned with ``node_ids``).
     node_ids : tuple of int
@@ -225,9 +225,9 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class RoundEvent:
-    """What happened in one phase of a round, for observers.
+    """What happened in one phase of a round, for hooks.
 
-    ``phase`` is ``select``, ``train`` or ``evaluate``; ``metrics`` is the round record
+    ``phase`` is ``select``, ``train``, ``evaluate`` or ``central`` (server-side evaluation); ``metrics`` is the round record
     (``rounds.jsonl``); ``tables`` are rows per CSV table; ``label`` names the part that produced it
     (selector or aggregation rule); ``artifacts`` carry larger outputs (HK trajectories); ``summary`` is
     the producing part's one-line description of the round (empty: none).

@@ -5,7 +5,7 @@ A round::
     sampler picks nodes -> model store says what each gets -> messages (train config: the parts'
     entries) -> Flower sends, nodes train -> replies screened per client (error, record, shape,
     non-finite, weight) -> aggregator -> model store keeps the result -> evaluation messages (each node
-    its model) -> observers record
+    its model) -> hooks record
 
 The round's own state travels as a typed record (:class:`bouquet.strategies.rounds.TrainRound`,
 :class:`~bouquet.strategies.rounds.EvaluateRound`) from ``configure`` to ``aggregate``; what persists
@@ -35,8 +35,8 @@ from bouquet.flower_logging import route_to_flower
 from bouquet.messages import MessageFactory, flower_message
 from bouquet.strategies.aggregation import Aggregator, WeightedMean
 from bouquet.strategies.entries import TrainConfigPart
+from bouquet.strategies.hooks import CentralEvaluation, ConsoleLines, Hook
 from bouquet.strategies.models import SHARED, ModelStore, SharedModel
-from bouquet.strategies.observers import ConsoleLines, Observer
 from bouquet.strategies.params import RecordParams
 from bouquet.strategies.replies import client_rows, identity_of, usable_updates
 from bouquet.strategies.rounds import EvaluateRound, RoundContext, RoundEvent, TrainRound
@@ -52,7 +52,7 @@ MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
 
 
 class BouquetStrategy(Strategy):
-    """A Flower strategy made of a sampler, an aggregator, a model store, train-config parts and observers.
+    """A Flower strategy made of a sampler, an aggregator, a model store, train-config parts and hooks.
 
     Parameters
     ----------
@@ -66,8 +66,9 @@ class BouquetStrategy(Strategy):
         :class:`bouquet.strategies.models.SharedModel`.
     train_config : sequence of TrainConfigPart, default ()
         Parts that add entries to every training config (:class:`bouquet.strategies.entries.ProximalTerm`).
-    observers : sequence of Observer, optional
-        Receive every round's events; default ``(ConsoleLines(),)``.
+    hooks : sequence of Hook, optional
+        The run's side jobs (:mod:`bouquet.strategies.hooks`: records, central evaluation, checkpoints,
+        early stop); default ``(ConsoleLines(),)``.
     weighted_by_key : str, default "num-examples"
         The MetricRecord entry that weights replies (as in Flower's FedAvg).
     arrayrecord_key, configrecord_key : str, default "arrays", "config"
@@ -81,7 +82,7 @@ class BouquetStrategy(Strategy):
 
     def __init__(self, *, sampler: Sampler | None = None, aggregator: Aggregator | None = None,
                  models: ModelStore | None = None, train_config: Sequence[TrainConfigPart] = (),
-                 observers: Sequence[Observer] | None = None, weighted_by_key: str = RecordParams.weighted_by_key,
+                 hooks: Sequence[Hook] | None = None, weighted_by_key: str = RecordParams.weighted_by_key,
                  arrayrecord_key: str = RecordParams.arrayrecord_key,
                  configrecord_key: str = RecordParams.configrecord_key,
                  train_metrics_aggr_fn: MetricsAggregation | None = None,
@@ -91,7 +92,7 @@ class BouquetStrategy(Strategy):
         self.aggregator: Aggregator = aggregator if aggregator is not None else WeightedMean()
         self.models: ModelStore = models if models is not None else SharedModel()
         self.train_config = tuple(train_config)
-        self.observers = tuple(observers) if observers is not None else (ConsoleLines(),)
+        self.hooks = tuple(hooks) if hooks is not None else (ConsoleLines(),)
         RecordParams(weighted_by_key, arrayrecord_key, configrecord_key)  # validates
         self.weighted_by_key = weighted_by_key
         self.arrayrecord_key = arrayrecord_key
@@ -142,9 +143,19 @@ class BouquetStrategy(Strategy):
             if hasattr(part, "load_state_dict"):
                 part.load_state_dict(state.parts.get(type(part).__name__))
 
-    def _emit(self, event: RoundEvent) -> None:
-        for observer in self.observers:
-            observer.on_event(event)
+    def _emit(self, event: RoundEvent, hooks: Sequence[Hook] | None = None) -> None:
+        for hook in self.hooks if hooks is None else hooks:
+            hook.on_event(event)
+
+    def _evaluate(self, server_round: int, arrays: ArrayRecord, hooks: Sequence[Hook]) -> MetricRecord | None:
+        """The hooks' central evaluation of ``arrays`` (their metrics together), told to the hooks as a
+        ``central`` event."""
+        results = [m for m in (hook.evaluate(server_round, arrays) for hook in hooks) if m is not None]
+        if not results:
+            return None
+        metrics = results[0] if len(results) == 1 else MetricRecord({k: v for m in results for k, v in m.items()})
+        self._emit(RoundEvent(server_round, "central", dict(metrics)), hooks)
+        return metrics
 
     def _context(self, server_round: int, grid: Grid) -> RoundContext:
         return RoundContext(server_round, grid, self.nodes, self.models.shared, self.new_message, self.arrayrecord_key,
@@ -181,7 +192,7 @@ class BouquetStrategy(Strategy):
 
     def aggregate_train_round(self, configured: TrainRound,
                               replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Screen the replies, aggregate the usable ones, keep the result, tell the observers."""
+        """Screen the replies, aggregate the usable ones, keep the result, tell the hooks."""
         server_round = configured.server_round
         replies = list(replies)
         self.sampler.observe_train(server_round, replies)
@@ -228,7 +239,7 @@ class BouquetStrategy(Strategy):
         return EvaluateRound(server_round, tuple(nodes), messages, {node: self.models.key_for(node) for node in nodes})
 
     def aggregate_evaluate_round(self, configured: EvaluateRound, replies: Iterable[Message]) -> MetricRecord | None:
-        """Weighted mean of the evaluation metrics; per-client rows to the observers."""
+        """Weighted mean of the evaluation metrics; per-client rows to the hooks."""
         server_round = configured.server_round
         replies = self.nodes.sorted_replies(replies)
         failed = [m for m in replies if m.has_error()]
@@ -335,8 +346,6 @@ class BouquetStrategy(Strategy):
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
               train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-              should_stop: Callable[[int, Result], bool] | None = None,
-              on_round_end: Callable[[int, Result], None] | None = None,
               result: Result | None = None) -> Result:
         """Run rounds ``server_round + 1 .. num_rounds``, each record passed from configure to aggregate.
 
@@ -355,11 +364,9 @@ class BouquetStrategy(Strategy):
         train_config, evaluate_config : ConfigRecord, optional
             Entries every training / evaluation message carries (not modified).
         evaluate_fn : callable(round, arrays) -> MetricRecord or None, optional
-            Server-side evaluation, before the first round and after each.
-        should_stop : callable(round, Result) -> bool, optional
-            Asked after each round; True ends the run early.
-        on_round_end : callable(round, Result), optional
-            Called after each completed round, when every record of it is written (a checkpoint).
+            Flower's server-side evaluation, before the first round and after each: for this run, a
+            :class:`bouquet.strategies.hooks.CentralEvaluation` hook after the strategy's own hooks (which
+            are where central evaluation, checkpoints and early stop otherwise go).
         result : flwr.serverapp.strategy.Result, optional
             The metrics of the rounds before ``server_round + 1`` (a resumed run).
 
@@ -383,8 +390,10 @@ class BouquetStrategy(Strategy):
             result = Result()
             result.arrays = initial_arrays
         started = time.time()
-        if evaluate_fn is not None and not resumed:
-            res = evaluate_fn(0, initial_arrays)
+        hooks = (*self.hooks, CentralEvaluation(evaluate_fn)) if evaluate_fn is not None else self.hooks
+        evaluates = any(type(hook).evaluate is not Hook.evaluate for hook in hooks)
+        if evaluates and not resumed:
+            res = self._evaluate(0, initial_arrays, hooks)
             log.info("Initial global evaluation results: %s", res)
             if res is not None:
                 result.evaluate_metrics_serverapp[0] = res
@@ -405,15 +414,16 @@ class BouquetStrategy(Strategy):
             if metrics is not None:
                 log.info("\t└──> Aggregated MetricRecord: %s", metrics)
                 result.evaluate_metrics_clientapp[server_round] = metrics
-            if evaluate_fn is not None:
-                res = evaluate_fn(server_round, self.models.shared)
+            if evaluates:
+                res = self._evaluate(server_round, self.models.shared, hooks)
                 log.info("\t└──> Global evaluation: %s", res)
                 if res is not None:
                     result.evaluate_metrics_serverapp[server_round] = res
             self.server_round = server_round
-            if on_round_end is not None:
-                on_round_end(server_round, result)
-            if should_stop is not None and should_stop(server_round, result):
+            for hook in hooks:
+                hook.on_round_end(self, server_round, result)
+            stop = [hook.should_stop(server_round, result) for hook in hooks]  # every hook is asked
+            if any(stop):
                 log.info("Stopping early after round %s", server_round)
                 break
         log.info("")

@@ -28,8 +28,8 @@ from bouquet.algorithms.selection import Selector
 from bouquet.strategies.aggregation import Aggregator, Coalitions, FixedKRule, HKRule, WeightedMean
 from bouquet.strategies.clustered import CFLClusters, ClusterMeans, IFCASampler, LocalModels, ifca_models
 from bouquet.strategies.entries import ProximalTerm, TrainConfigPart
+from bouquet.strategies.hooks import ConsoleLines, Hook, Recorder, RecorderObserver
 from bouquet.strategies.models import AssignedModels, ModelStore, SharedModel
-from bouquet.strategies.observers import ConsoleLines, Observer, Recorder, RecorderObserver
 from bouquet.strategies.params import (
     CoalitionParams,
     ModelStoreParams,
@@ -52,7 +52,7 @@ _S = SamplingParams  # the defaults of the sampling arguments below
 _K = RecordParams  # the defaults of the record arguments below
 MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
 
-def _observers(recorder: Recorder | None) -> tuple[Observer, ...]:
+def _hooks(recorder: Recorder | None) -> tuple[Hook, ...]:
     return (ConsoleLines(),) if recorder is None else (ConsoleLines(), RecorderObserver(recorder))
 
 
@@ -67,7 +67,7 @@ def _compose(strategy: BouquetStrategy, sampler: Sampler, aggregator: Aggregator
              train_config: tuple[TrainConfigPart, ...] = ()) -> None:
     """Build ``strategy`` (a drop-in) from its parts and Flower's record arguments."""
     BouquetStrategy.__init__(strategy, sampler=sampler, aggregator=aggregator, models=models,
-                             train_config=train_config, observers=_observers(recorder),
+                             train_config=train_config, hooks=_hooks(recorder),
                              weighted_by_key=keys.weighted_by_key, arrayrecord_key=keys.arrayrecord_key,
                              configrecord_key=keys.configrecord_key, train_metrics_aggr_fn=train_metrics_aggr_fn,
                              evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
@@ -178,7 +178,7 @@ class HKFedAvg(BouquetStrategy):
     opinion_space : {"weights", "updates"}, default "weights"
         HK on the trained models (the paper) or on their updates (our option).
     record_trajectories : bool, default False
-        Hand each round's opinion dynamics to the observers (``TrajectoryWriter``).
+        Hand each round's opinion dynamics to the hooks (``TrajectoryWriter``).
     coalition_models : {"shared", "personal"}, default "shared"
         ``shared``: the paper's one model (eq. 16).  ``personal``: each coalition's barycenter is its
         model; a client is sent the model of the coalition it joined at its last participation
@@ -436,7 +436,7 @@ def _composed(sampler: Sampler, aggregator: Aggregator, keys: RecordParams,
               train_metrics_aggr_fn: MetricsAggregation | None, evaluate_metrics_aggr_fn: MetricsAggregation | None,
               recorder: Recorder | None, models: ModelStore | None = None) -> BouquetStrategy:
     """A :class:`BouquetStrategy` from its parts and Flower's record arguments (the composing functions)."""
-    return BouquetStrategy(sampler=sampler, aggregator=aggregator, models=models, observers=_observers(recorder),
+    return BouquetStrategy(sampler=sampler, aggregator=aggregator, models=models, hooks=_hooks(recorder),
                            weighted_by_key=keys.weighted_by_key, arrayrecord_key=keys.arrayrecord_key,
                            configrecord_key=keys.configrecord_key, train_metrics_aggr_fn=train_metrics_aggr_fn,
                            evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)

@@ -24,7 +24,6 @@ from bouquet.config import AppConfig
 from bouquet.data.images import load_images
 from bouquet.personal_state import PersonalRun
 from bouquet.results import RunRecorder
-from bouquet.strategies.observers import Recorder
 from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.tasks.server import attack_summary, final_clients, resume_summary, selection_summary
 from bouquet.tasks.vision import accuracy, batch_indices, make_model, torch_device
@@ -35,9 +34,9 @@ __all__ = ["VisionServer", "central_evaluation"]
 log = logging.getLogger(__name__)
 
 
-def central_evaluation(config: AppConfig, recorder: Recorder | None = None
-                       ) -> tuple[ArrayRecord, Callable[[int, ArrayRecord], MetricRecord]]:
-    """Vision task: the initial global arrays and an ``evaluate_fn`` scoring a model on the test set."""
+def central_evaluation(config: AppConfig) -> tuple[ArrayRecord, Callable[[int, ArrayRecord], MetricRecord]]:
+    """Vision task: the initial global arrays and an ``evaluate_fn`` scoring a model on the test set (the
+    strategy records its metrics as the round's ``central`` phase)."""
     data = load_images(config.vision_data)
     torch.manual_seed(config.sampling.seed)
     model = make_model(config.vision_model.name, data.shape, len(data.classes))
@@ -54,8 +53,6 @@ def central_evaluation(config: AppConfig, recorder: Recorder | None = None
         model.load_state_dict(arrays.to_torch_state_dict())
         acc, loss = accuracy(model, x_test, y_test)
         log.info("round %d: central test accuracy %.4f, loss %.4f", server_round, acc, loss)
-        if recorder is not None:
-            recorder.log_round(server_round, "central", {"accuracy": acc, "loss": loss})
         return MetricRecord({"accuracy": acc, "loss": loss})
 
     return initial, evaluate
@@ -73,7 +70,7 @@ class VisionServer:
 
     def begin(self, recorder: RunRecorder, checkpoint: Checkpoint | None
               ) -> tuple[ArrayRecord, Callable[[int, ArrayRecord], MetricRecord] | None]:
-        initial, evaluate = central_evaluation(self.config, recorder)
+        initial, evaluate = central_evaluation(self.config)
         return initial, evaluate if self.config.central.mode in ("central", "both") else None
 
     def finish(self, grid: Grid, strategy: BouquetStrategy, result: Result, recorder: RunRecorder,
