@@ -43,7 +43,6 @@ from bouquet.checkpoint import CheckpointParams
 from bouquet.data.images import VisionDataConfig
 from bouquet.data.water import WaterDataConfig
 from bouquet.families import FAMILIES, STRATEGIES, Family, FamilyError, StrategySpec, family_names
-from bouquet.grid import GridParams
 from bouquet.params import ParamError
 from bouquet.strategies.params import (
     UPDATE_SELECTOR_NEEDS,
@@ -64,6 +63,7 @@ from bouquet.tasks.params import (
     VisionModelParams,
     VisionTrainSettings,
 )
+from bouquet.transport import TransportParams
 
 __all__ = ["DEPRECATED_KEYS", "FORECASTERS", "KEYS", "STRATEGIES", "TASKS", "AppConfig", "ConfigError", "Key", "RunParams",
            "StrategySpec"]
@@ -171,7 +171,7 @@ def _kebab(name: str) -> str:
 
 _SECTIONS = (
     _Section("run", RunParams),
-    _Section("grid", GridParams, rename={"max_in_flight": "max-in-flight"},
+    _Section("transport", TransportParams, rename={"max_in_flight": "max-in-flight"},
              skip=("poll", "max_poll", "backoff", "retries")),
     _Section("sampling", SamplingParams,
              skip=("fraction_train", "min_train_nodes", "min_evaluate_nodes", "min_available_nodes", "identify_nodes")),
@@ -320,7 +320,7 @@ class AppConfig:
     """Every run-config key of the bouquet app, as the components' params sections.
 
     Build it with :meth:`from_run_config` (kebab-case keys, as in ``[tool.flwr.app.config]``);
-    ``AppConfig()`` is the default run.  Sections: ``run`` (:class:`RunParams`), ``grid`` (:class:`bouquet.grid.GridParams`), ``sampling``,
+    ``AppConfig()`` is the default run.  Sections: ``run`` (:class:`RunParams`), ``transport`` (:class:`bouquet.transport.TransportParams`), ``sampling``,
     ``selection``, ``coalitions``, ``proximal`` (:mod:`bouquet.strategies.params`), ``memory``
     (:class:`bouquet.algorithms.memory.MemoryParams`), ``hk``
     (:class:`bouquet.algorithms.hk.HKParams`, ``None`` unless the strategy is HK), ``fixed_k``,
@@ -330,7 +330,7 @@ class AppConfig:
     """
 
     run: RunParams = field(default_factory=RunParams)
-    grid: GridParams = field(default_factory=GridParams)
+    transport: TransportParams = field(default_factory=TransportParams)
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(clients_per_round=APP_CLIENTS_PER_ROUND))
     selection: SelectionParams = field(default_factory=SelectionParams)
     hk: HKParams | None = field(default_factory=HKParams)

@@ -21,7 +21,6 @@ from bouquet import __version__
 from bouquet.checkpoint import Checkpoint, checkpoint_to_resume, rewind_files
 from bouquet.config import DEPRECATED_KEYS, AppConfig
 from bouquet.flower_logging import route_to_flower
-from bouquet.grid import PollingGrid
 from bouquet.personal_state import PersonalRun
 from bouquet.results import RunRecorder
 from bouquet.strategies.attacks import AttackHarness
@@ -35,6 +34,7 @@ from bouquet.strategies.update_selection import UpdateSelection
 from bouquet.tasks.server import ServerTask
 from bouquet.tasks.vision_server import VisionServer
 from bouquet.tasks.water_server import WaterServer
+from bouquet.transport import PollingTransport
 
 __all__ = ["app", "build_strategy", "server_task"]
 
@@ -89,8 +89,9 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
         aggregator = AttackHarness(aggregator, config.attack)
     if config.server_opt.active:  # outermost: the server step moves whatever the parts inside made
         aggregator = ServerOptimizer(aggregator, config.server_opt)
+    # polling: a deployment's gRPC Grid would wait 3 s between pulls for replies
     return BouquetStrategy(sampler=sampler, aggregator=aggregator, models=family.models(config, cluster_models),
-                           train_config=entries, hooks=(*parts, *hooks))
+                           train_config=entries, hooks=(*parts, *hooks), transport=PollingTransport(config.transport))
 
 
 @app.main()
@@ -98,7 +99,6 @@ def main(grid: Grid, context: Context) -> None:
     """Run ``num-server-rounds`` rounds and write the run folder."""
     started = time.time()
     config = AppConfig.from_run_config(context.run_config)
-    grid = PollingGrid(grid, config.grid)  # a deployment's gRPC Grid would wait 3 s between pulls for replies
     run = config.run
     if config.checkpoint.resume_from:
         recorder, checkpoint = _reopen(config)

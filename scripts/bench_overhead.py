@@ -26,7 +26,7 @@ The bare loop must reach the Flower run's final MAE to the last digit (checked
 and printed): it is the same computation, and so must both Flower runs.  Prints a table, the line
 ``overhead ratio, cold: Y`` and, as its last line, ``overhead ratio: X`` (warm Flower wall / bare wall, the
 larger over the jobs); writes ``results/bench/overhead.csv``.  With ``--max-in-flight N`` each
-job also runs through Flower with ``max-in-flight=N`` (:mod:`bouquet.grid`: at
+job also runs through Flower with ``max-in-flight=N`` (:mod:`bouquet.transport`: at
 most N messages unanswered; it must give the same MAE), and the line before
 the last is ``overhead ratio with max-in-flight=N: Y``.
 """

@@ -8,7 +8,7 @@ Arms (synthetic households, every filter off, so the pool is all 1,099 of them, 
 * ``pool-1099``: the default job's method (HK cosine 0.75) for 20 rounds x 100 clients, every node
   evaluated every round;
 * ``pool-1099-window``: the same with ``max-in-flight=100`` (at most 100 messages unanswered, so the
-  1,099 evaluations of a round go out as replies come back; ``bouquet.grid``);
+  1,099 evaluations of a round go out as replies come back; ``bouquet.transport``);
 * ``hk-s1000``: HK cosine 0.75 aggregating S = 1,000 clients a round (3 rounds);
 * ``sckm-cluster-s1000``: SCKM-Cluster scoring 1,000 candidates' sketches a round and choosing 100
   (3 rounds).

@@ -122,7 +122,7 @@ def test_short_water_runs_on_the_whole_pool(run_app, extra, reference):
 
 @pytest.mark.parametrize("window", ["", "max-in-flight=1"], ids=["all-at-once", "one-message-in-flight"])
 def test_fedavg_with_seeded_evaluators(run_app, window):
-    # max-in-flight=1 sends every phase's messages one at a time (bouquet.grid): the same numbers
+    # max-in-flight=1 sends every phase's messages one at a time (bouquet.transport): the same numbers
     folder, _ = run_app('strategy="fedavg" num-server-rounds=2 clients-per-round=2 fraction-evaluate=0.5 '
                         f"local-epochs=1 seed=3 synthetic-households=200 active-factor=0.5 {window}", supernodes=6)
     assert RunFolder(folder).config()["max-in-flight"] == (1 if window else 0)

@@ -138,8 +138,7 @@ class IFCASampler:
         messages = [context.new_message(content, f"query.{LOSSES_ACTION}", n, str(context.server_round))
                     for n in nodes]
         started = time.perf_counter()
-        replies = {m.metadata.src_node_id: m for m in context.grid.send_and_receive(messages,
-                                                                                   timeout=self.query_timeout)}
+        replies = {m.metadata.src_node_id: m for m in context.exchange(messages, self.query_timeout)}
         answered, losses = [], []
         for node in nodes:
             reply = replies.get(node)

@@ -8,7 +8,7 @@ return a :class:`Sample`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -19,6 +19,7 @@ from flwr.serverapp import Grid
 
 from bouquet.messages import MessageFactory
 from bouquet.strategies.arrays import FlatLayout, Model, compute_dtype, stack_models
+from bouquet.transport import FlowerTransport, Transport
 
 __all__ = ["Aggregate", "ClientUpdates", "EvaluateRound", "RoundContext", "RoundEvent", "Sample", "TrainRound"]
 
@@ -39,6 +40,8 @@ class RoundContext:
     arrayrecord_key : str
     models : ModelStore, optional
         The strategy's model store (a sampler that assigns nodes to models reads its models).
+    transport : Transport, optional
+        How a query phase's messages travel (:mod:`bouquet.transport`); default Flower's exchange.
     """
 
     server_round: int
@@ -48,6 +51,11 @@ class RoundContext:
     new_message: MessageFactory
     arrayrecord_key: str = "arrays"
     models: Any = None
+    transport: Transport = field(default_factory=FlowerTransport)
+
+    def exchange(self, messages: Iterable[Message], timeout: float | None) -> list[Message]:
+        """Send ``messages`` through the round's grid and transport; the replies within ``timeout``."""
+        return self.transport.exchange(self.grid, messages, timeout)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from bouquet.messages import MessageFactory
 from bouquet.node_identity import identify_nodes
 from bouquet.strategies.params import SamplingParams
 from bouquet.strategies.rounds import RoundContext, Sample
+from bouquet.transport import FlowerTransport, Transport
 
 __all__ = ["NodeOrder", "Sampler", "UniformSampler", "draw_nodes", "evaluation_count", "evaluation_wait",
            "training_count", "training_wait"]
@@ -86,12 +87,16 @@ class NodeOrder:
         Builds the ``query.identify`` messages.
     identify : bool, default False
         Ask new nodes for their key (the app registers the handler); False: order by node id, no query.
+    transport : Transport, optional
+        How the identity query travels; default :class:`bouquet.transport.FlowerTransport`.
     """
 
-    def __init__(self, wait_seconds: float, new_message: MessageFactory, identify: bool = False) -> None:
+    def __init__(self, wait_seconds: float, new_message: MessageFactory, identify: bool = False,
+                 transport: Transport | None = None) -> None:
         self.wait_seconds = wait_seconds
         self.new_message = new_message
         self.identify = identify
+        self.transport: Transport = transport if transport is not None else FlowerTransport()
         self.keys: dict[int, int | None] = {}  # node id -> stable key (None: the node reported none)
         self._said = False  # the one line saying nodes go by node id
 
@@ -119,7 +124,7 @@ class NodeOrder:
                          "bouquet.node_identity.register_identity_query and the strategy is given "
                          "identify_nodes=True")
         elif new:
-            keys = identify_nodes(grid, new, self.wait_seconds, self.new_message)
+            keys = identify_nodes(grid, new, self.wait_seconds, self.new_message, transport=self.transport)
             self.keys.update({n: keys.get(n) for n in new})
             keyless = [n for n in new if keys.get(n) is None]
             if keyless:

@@ -182,7 +182,7 @@ class SketchSelection:
         content = RecordDict({context.arrayrecord_key: context.arrays, "config": config})
         messages = [context.new_message(content, f"query.{SKETCH_ACTION}", n, str(server_round)) for n in nodes]
         started = time.perf_counter()
-        replies = list(context.grid.send_and_receive(messages, timeout=q.query_timeout))
+        replies = context.exchange(messages, q.query_timeout)
         seconds = time.perf_counter() - started
         rows, failed = {}, []
         for reply in replies:

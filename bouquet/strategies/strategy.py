@@ -14,7 +14,8 @@ across rounds (models, node order, sampler state) is :meth:`BouquetStrategy.stat
 passes each record along; Flower's hook methods (``configure_train`` ...) work too for callers that drive
 a strategy hook by hook (Flower's wrappers), which have no channel from ``configure_*`` to
 ``aggregate_*``: those park the configured round, keyed by its number, until its ``aggregate_*``.
-No Flower internals are used: messages go out through ``grid.send_and_receive``.
+No Flower internals are used: messages go out through the strategy's transport (:mod:`bouquet.transport`;
+by default ``grid.send_and_receive``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from bouquet.strategies.replies import client_rows, identity_of, usable_updates
 from bouquet.strategies.rounds import EvaluateRound, RoundContext, RoundEvent, TrainRound
 from bouquet.strategies.sampling import NodeOrder, Sampler, UniformSampler
 from bouquet.strategies.state import ServerState
+from bouquet.transport import FlowerTransport, Transport
 
 __all__ = ["BouquetStrategy"]
 
@@ -78,6 +80,9 @@ class BouquetStrategy(Strategy):
         ``(list[RecordDict], weighted_by_key) -> MetricRecord``; default Flower's weighted average.
     message_factory : MessageFactory, optional
         Builds outgoing messages; default Flower's ``Message`` constructor (tests pass their own).
+    transport : Transport, optional
+        How every phase's messages travel (training, evaluation and the samplers' queries); default
+        :class:`bouquet.transport.FlowerTransport` (``grid.send_and_receive``).
     """
 
     def __init__(self, *, sampler: Sampler | None = None, aggregator: Aggregator | None = None,
@@ -87,7 +92,7 @@ class BouquetStrategy(Strategy):
                  configrecord_key: str = RecordParams.configrecord_key,
                  train_metrics_aggr_fn: MetricsAggregation | None = None,
                  evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
-                 message_factory: MessageFactory = flower_message) -> None:
+                 message_factory: MessageFactory = flower_message, transport: Transport | None = None) -> None:
         self.sampler: Sampler = sampler if sampler is not None else UniformSampler()
         self.aggregator: Aggregator = aggregator if aggregator is not None else WeightedMean()
         self.models: ModelStore = models if models is not None else SharedModel()
@@ -100,8 +105,9 @@ class BouquetStrategy(Strategy):
         self.train_metrics_aggr_fn = train_metrics_aggr_fn or aggregate_metricrecords
         self.evaluate_metrics_aggr_fn = evaluate_metrics_aggr_fn or aggregate_metricrecords
         self.new_message = message_factory
+        self.transport: Transport = transport if transport is not None else FlowerTransport()
         self.nodes = NodeOrder(self.sampler.sampling.node_wait_seconds, message_factory,
-                               self.sampler.sampling.identify_nodes)
+                               self.sampler.sampling.identify_nodes, self.transport)
         self.server_round = 0
         self._hook_rounds: dict[tuple[str, int], Any] = {}  # only for callers that drive the Flower hooks
 
@@ -159,7 +165,7 @@ class BouquetStrategy(Strategy):
 
     def _context(self, server_round: int, grid: Grid) -> RoundContext:
         return RoundContext(server_round, grid, self.nodes, self.models.shared, self.new_message, self.arrayrecord_key,
-                            self.models)
+                            self.models, self.transport)
 
     def _messages(self, node_ids: Iterable[int], config: ConfigRecord, message_type: str,
                   server_round: int) -> tuple[dict[int, ArrayRecord], tuple[Message, ...]]:
@@ -401,7 +407,7 @@ class BouquetStrategy(Strategy):
             log.info("")
             log.info("[ROUND %s/%s]", server_round, num_rounds)
             train = self.configure_train_round(server_round, train_config, grid)
-            replies = grid.send_and_receive(list(train.messages), timeout=timeout) if train.messages else []
+            replies = self.transport.exchange(grid, train.messages, timeout) if train.messages else []
             arrays, metrics = self.aggregate_train_round(train, replies)
             if arrays is not None:
                 result.arrays = arrays
@@ -409,7 +415,7 @@ class BouquetStrategy(Strategy):
                 log.info("\t└──> Aggregated MetricRecord: %s", metrics)
                 result.train_metrics_clientapp[server_round] = metrics
             evaluation = self.configure_evaluate_round(server_round, evaluate_config, grid)
-            replies = grid.send_and_receive(list(evaluation.messages), timeout=timeout) if evaluation.messages else []
+            replies = self.transport.exchange(grid, evaluation.messages, timeout) if evaluation.messages else []
             metrics = self.aggregate_evaluate_round(evaluation, replies)
             if metrics is not None:
                 log.info("\t└──> Aggregated MetricRecord: %s", metrics)

@@ -26,6 +26,7 @@ from bouquet.messages import MessageFactory, flower_message
 from bouquet.personal_state import PersonalRun
 from bouquet.results import RunRecorder
 from bouquet.strategies.strategy import BouquetStrategy
+from bouquet.transport import FlowerTransport, Transport
 
 __all__ = ["ServerTask", "attack_summary", "evaluate_every_node", "final_clients",
            "resume_summary", "selection_summary"]
@@ -54,13 +55,15 @@ class ServerTask(Protocol):
 def evaluate_every_node(grid: Grid, served: dict[int, tuple[str, ArrayRecord]], timeout: float,
                         recorder: RunRecorder | None = None,
                         new_message: MessageFactory = flower_message,
-                        entries: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                        entries: dict[str, Any] | None = None, transport: Transport | None = None
+                        ) -> list[dict[str, Any]]:
     """Evaluate on every node in ``served`` the model it is served (``node -> (store key, arrays)``).
 
     One row per replying node, with the key of its model (``model``).  Nodes that return forecasts
     (``predictions`` ArrayRecord) have them appended to ``predictions.csv`` (partition id, household,
     day, actual and predicted litres).  ``entries`` go into the evaluation config beside ``final``
-    (the run that personal state belongs to).
+    (the run that personal state belongs to).  The messages travel by ``transport`` (default Flower's
+    ``grid.send_and_receive``).
     """
     config = ConfigRecord({"final": True, **(entries or {})})
     contents: dict[str, RecordDict] = {}
@@ -70,7 +73,7 @@ def evaluate_every_node(grid: Grid, served: dict[int, tuple[str, ArrayRecord]], 
             contents[key] = RecordDict({"arrays": arrays, "config": config})
         messages.append(new_message(contents[key], "evaluate", node, "final"))
     answered = []
-    for reply in grid.send_and_receive(messages, timeout=timeout):
+    for reply in (transport if transport is not None else FlowerTransport()).exchange(grid, messages, timeout):
         if reply.has_error():
             log.warning("final evaluation: node %d failed: %s", reply.metadata.src_node_id, reply.error.reason)
             continue
@@ -97,7 +100,8 @@ def final_clients(grid: Grid, config: AppConfig, strategy: BouquetStrategy, reco
                    personal: PersonalRun | None = None) -> list[dict]:
     """Every node evaluates the model it is served; rows to ``clients.csv`` (with the model's key)."""
     rows = evaluate_every_node(grid, strategy.serve(grid), timeout=config.run.round_timeout, recorder=recorder,
-                               entries=personal.entries() if personal is not None else None)
+                               entries=personal.entries() if personal is not None else None,
+                               transport=strategy.transport)
     recorder.append_rows("clients", rows)
     return rows
 

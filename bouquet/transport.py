@@ -1,10 +1,15 @@
-"""A Grid adapter whose ``send_and_receive`` looks for replies soon and often at first, then less often.
+"""How a phase's messages reach the nodes and their replies come back: the transport part.
+
+The strategy, its samplers' queries (identity, sketches, IFCA's losses) and the final evaluation send every
+message through a :class:`Transport`: ``exchange(grid, messages, timeout) -> replies``, the contract of
+Flower's ``Grid.send_and_receive``.  :class:`FlowerTransport` is that call (the default, for other people's
+apps); :class:`PollingTransport` (bouquet's app) looks for replies soon and often at first, then less often.
 
 Flower's Grid in a deployment (``flwr.superlink.grid.http_grid``) pushes the messages, pulls the replies,
 and sleeps 3 s between pulls until every reply is in, so each phase of a round (identity query, sketch
 query, train, evaluate) costs at least 3 s when the nodes are not done at the first pull, however fast
-they are; the simulation's in-memory Grid polls every 0.1 s. :class:`PollingGrid` wraps any Grid and does
-the same exchange through the Grid's public ``push_messages`` / ``pull_messages``: it pulls right after the
+they are; the simulation's in-memory Grid polls every 0.1 s. :class:`PollingTransport` does the same
+exchange with any Grid through the Grid's public ``push_messages`` / ``pull_messages``: it pulls right after the
 push and then every 0.1 s while replies come in; each pull that brings nothing makes the next wait 1.5
 times longer, up to 2 s, and a reply brings it back to 0.1 s.
 Quick phases stay quick; a long wait on slow nodes costs the SuperLink a pull every 2 s instead of every
@@ -29,15 +34,16 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from bouquet.params import require
 
-if TYPE_CHECKING:  # importing this module (its GridParams, for bouquet.config) loads no flwr
+if TYPE_CHECKING:  # importing this module (its TransportParams, for bouquet.config) loads no flwr
     from flwr.app import Message
     from flwr.serverapp import Grid
 
-__all__ = ["DEFAULT_POLL_SECONDS", "MAX_POLL_SECONDS", "GridParams", "PollingGrid"]
+__all__ = ["DEFAULT_POLL_SECONDS", "MAX_POLL_SECONDS", "FlowerTransport", "PollingTransport", "Transport",
+           "TransportParams"]
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +54,8 @@ MAX_POLL_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
-class GridParams:
-    """How :class:`PollingGrid` exchanges a phase's messages (run-config key ``max-in-flight``).
+class TransportParams:
+    """How :class:`PollingTransport` exchanges a phase's messages (run-config key ``max-in-flight``).
 
     Parameters
     ----------
@@ -80,32 +86,39 @@ class GridParams:
                 f"max-in-flight must be >= 0 (0: no limit), got {self.max_in_flight}")
 
 
-class PollingGrid:
-    """``grid`` with a ``send_and_receive`` that pulls replies after ``poll`` seconds, backing off to ``max_poll``.
+class Transport(Protocol):
+    """Sends a phase's messages through ``grid`` and returns the replies that came back within ``timeout``."""
+
+    def exchange(self, grid: Grid, messages: Iterable[Message], timeout: float | None) -> list[Message]: ...
+
+
+class FlowerTransport:
+    """Flower's own exchange: ``grid.send_and_receive`` (the default of a strategy built outside the app)."""
+
+    def exchange(self, grid: Grid, messages: Iterable[Message], timeout: float | None) -> list[Message]:
+        return list(grid.send_and_receive(messages, timeout=timeout))
+
+
+class PollingTransport:
+    """Pushes ``messages``, then pulls their replies after ``poll`` seconds, backing off to ``max_poll``.
 
     Parameters
     ----------
-    grid : Grid
-        The Grid the ServerApp was given; every other attribute is read from it.
-    params : GridParams, default GridParams()
+    params : TransportParams, default TransportParams()
         The pull intervals, the retries and the window (``max_in_flight``).
     clock, sleep : callables, default ``time.monotonic``, ``time.sleep``
         For tests.
     """
 
-    def __init__(self, grid: Grid, params: GridParams = GridParams(), clock: Callable[[], float] = time.monotonic,
+    def __init__(self, params: TransportParams = TransportParams(), clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        if not isinstance(params, GridParams):
-            raise TypeError(f"params must be a GridParams, got {type(params).__name__}")
-        self._grid = grid
+        if not isinstance(params, TransportParams):
+            raise TypeError(f"params must be a TransportParams, got {type(params).__name__}")
         self.params = params
         self._clock = clock
         self._sleep = sleep
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._grid, name)
-
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+    def exchange(self, grid: Grid, messages: Iterable[Message], timeout: float | None) -> list[Message]:
         """Push ``messages`` (at most ``max_in_flight`` unanswered at a time), then pull their replies until all
         are in or ``timeout`` seconds have passed.
 
@@ -125,13 +138,13 @@ class PollingGrid:
             batch = queue[sent:sent + window - len(waiting)]
             if batch:
                 sent += len(batch)
-                waiting.update(self._grid.push_messages(batch))
+                waiting.update(grid.push_messages(batch))
 
         push()
         interval, failures = params.poll, 0
         while waiting:
             try:
-                pulled = list(self._grid.pull_messages(waiting))
+                pulled = list(grid.pull_messages(waiting))
                 failures = 0
             except Exception as error:  # the SuperLink's answer to a pull can be a transient server error
                 failures += 1

@@ -1,10 +1,11 @@
-"""PollingGrid: the exchange through push / pull with a short interval, the timeout, and the window."""
+"""PollingTransport: the exchange through push / pull with a short interval, the timeout, and the window; the
+strategy and its queries send through their transport."""
 
 import pytest
 from flwr.app import ConfigRecord, RecordDict
 
 from bouquet.config import AppConfig, ConfigError
-from bouquet.grid import GridParams, PollingGrid
+from bouquet.transport import PollingTransport, TransportParams
 from tests.flower_fakes import make_message, reply_to
 
 
@@ -57,8 +58,8 @@ def _messages(nodes):
 
 def test_replies_are_pulled_every_poll_until_all_are_in():
     inner, clock = PullGrid({1: 1, 2: 3, 3: 2}), FakeClock()
-    grid = PollingGrid(inner, GridParams(poll=0.1), clock=clock, sleep=clock.sleep)
-    replies = grid.send_and_receive(_messages([1, 2, 3]), timeout=10)
+    grid, transport = inner, PollingTransport(TransportParams(poll=0.1), clock=clock, sleep=clock.sleep)
+    replies = transport.exchange(grid, _messages([1, 2, 3]), 10)
     assert sorted(r.metadata.src_node_id for r in replies) == [1, 2, 3]
     assert inner.pulls == 3 and clock.sleeps == [0.1, 0.1]  # Flower's gRPC Grid would have slept 3 s twice
     assert grid.get_node_ids() == [1, 2, 3]  # everything else is the wrapped Grid's
@@ -66,23 +67,24 @@ def test_replies_are_pulled_every_poll_until_all_are_in():
 
 def test_a_silent_node_costs_the_timeout_and_no_more():
     inner, clock = PullGrid({1: 1, 2: None}), FakeClock()
-    grid = PollingGrid(inner, GridParams(poll=0.4), clock=clock, sleep=clock.sleep)
-    replies = grid.send_and_receive(_messages([1, 2]), timeout=1.0)
+    grid, transport = inner, PollingTransport(TransportParams(poll=0.4), clock=clock, sleep=clock.sleep)
+    replies = transport.exchange(grid, _messages([1, 2]), 1.0)
     assert [r.metadata.src_node_id for r in replies] == [1]
     assert clock.sleeps == pytest.approx([0.4, 0.6]) and clock.now == pytest.approx(1.0)  # empty pull: x1.5
     for bad, match in [({"poll": 0}, "poll"), ({"poll": 1, "max_poll": 0.5}, "max_poll"),
                        ({"backoff": 0.9}, "backoff"), ({"retries": -1}, "retries"),
                        ({"max_in_flight": -1}, "max-in-flight")]:
         with pytest.raises(ValueError, match=match):
-            GridParams(**bad)
-    with pytest.raises(TypeError, match="GridParams"):
-        PollingGrid(inner, {"poll": 0.1})
+            TransportParams(**bad)
+    with pytest.raises(TypeError, match="TransportParams"):
+        PollingTransport({"poll": 0.1})
 
 
 def test_empty_pulls_back_off_to_the_cap_and_a_reply_resets_the_wait():
     inner, clock = PullGrid({1: 2, 2: 12}), FakeClock()
-    grid = PollingGrid(inner, GridParams(poll=0.1, max_poll=0.5, backoff=2.0), clock=clock, sleep=clock.sleep)
-    replies = grid.send_and_receive(_messages([1, 2]), timeout=60)
+    grid, transport = inner, PollingTransport(TransportParams(poll=0.1, max_poll=0.5, backoff=2.0), clock=clock,
+                                              sleep=clock.sleep)
+    replies = transport.exchange(grid, _messages([1, 2]), 60)
     assert sorted(r.metadata.src_node_id for r in replies) == [1, 2] and inner.pulls == 12
     # pull 1 empty -> 0.2; pull 2 brings node 1 -> 0.1; then empty pulls: 0.2, 0.4, 0.5 (the cap), 0.5, ...
     assert clock.sleeps == pytest.approx([0.2, 0.1, 0.2, 0.4] + [0.5] * 7)
@@ -104,14 +106,14 @@ class FlakyGrid(PullGrid):
 
 def test_failed_pulls_are_retried_and_raised_after_too_many_in_a_row(caplog):
     clock = FakeClock()
-    grid = PollingGrid(FlakyGrid({1: 1}, failures=3), GridParams(retries=3), clock=clock, sleep=clock.sleep)
-    with caplog.at_level("WARNING", logger="bouquet.grid"):
-        replies = grid.send_and_receive(_messages([1]), timeout=60)
+    grid, transport = FlakyGrid({1: 1}, failures=3), PollingTransport(TransportParams(retries=3), clock=clock, sleep=clock.sleep)
+    with caplog.at_level("WARNING", logger="bouquet.transport"):
+        replies = transport.exchange(grid, _messages([1]), 60)
     assert [r.metadata.src_node_id for r in replies] == [1]
     assert "pulling 1 replies failed (RuntimeError: Server error '500" in caplog.text and "3 of 3" in caplog.text
-    grid = PollingGrid(FlakyGrid({1: 1}, failures=4), GridParams(retries=3), clock=clock, sleep=clock.sleep)
+    grid, transport = FlakyGrid({1: 1}, failures=4), PollingTransport(TransportParams(retries=3), clock=clock, sleep=clock.sleep)
     with pytest.raises(RuntimeError, match="500"):
-        grid.send_and_receive(_messages([1]), timeout=60)
+        transport.exchange(grid, _messages([1]), 60)
 
 
 class WindowGrid:
@@ -147,12 +149,12 @@ def test_a_window_keeps_at_most_max_in_flight_unanswered_and_returns_the_same_re
     delays = {1: 1, 2: 3, 3: 1, 4: 2, 5: 1}
     everything = WindowGrid(delays)
     clock = FakeClock()
-    everything_replies = PollingGrid(everything, GridParams(), clock=clock, sleep=clock.sleep).send_and_receive(
-        _messages([1, 2, 3, 4, 5]), timeout=60)
+    everything_replies = PollingTransport(TransportParams(), clock=clock, sleep=clock.sleep).exchange(
+        everything, _messages([1, 2, 3, 4, 5]), 60)
     assert everything.batches == [[1, 2, 3, 4, 5]] and everything.most_pending == 5  # max-in-flight = 0: Flower's way
     windowed, clock = WindowGrid(delays), FakeClock()
-    replies = PollingGrid(windowed, GridParams(max_in_flight=2), clock=clock, sleep=clock.sleep).send_and_receive(
-        _messages([1, 2, 3, 4, 5]), timeout=60)
+    replies = PollingTransport(TransportParams(max_in_flight=2), clock=clock, sleep=clock.sleep).exchange(
+        windowed, _messages([1, 2, 3, 4, 5]), 60)
     assert windowed.most_pending == 2
     # pull 1: node 1 answers -> 3 is pushed; pull 2: 3 -> 4; pull 3: 2 (its 3rd pull) -> 5; pull 4: 4 and 5
     assert windowed.batches == [[1, 2], [3], [4], [5]] and windowed.pulls == 4
@@ -163,9 +165,10 @@ def test_a_window_keeps_at_most_max_in_flight_unanswered_and_returns_the_same_re
 
 def test_messages_the_window_had_not_sent_by_the_timeout_are_lost_and_logged(caplog):
     inner, clock = WindowGrid({1: 1, 2: None, 3: 1}), FakeClock()
-    grid = PollingGrid(inner, GridParams(poll=0.5, max_in_flight=1), clock=clock, sleep=clock.sleep)
-    with caplog.at_level("WARNING", logger="bouquet.grid"):
-        replies = grid.send_and_receive(_messages([1, 2, 3]), timeout=2.0)
+    grid, transport = inner, PollingTransport(TransportParams(poll=0.5, max_in_flight=1), clock=clock,
+                                              sleep=clock.sleep)
+    with caplog.at_level("WARNING", logger="bouquet.transport"):
+        replies = transport.exchange(grid, _messages([1, 2, 3]), 2.0)
     assert [r.metadata.src_node_id for r in replies] == [1] and inner.batches == [[1], [2]]
     assert clock.now == pytest.approx(2.0)
     assert "1 of 3 messages were not sent" in caplog.text and "max-in-flight = 1" in caplog.text
@@ -174,8 +177,56 @@ def test_messages_the_window_had_not_sent_by_the_timeout_are_lost_and_logged(cap
 def test_max_in_flight_is_a_run_config_key_that_resumes_freely():
     from bouquet.checkpoint import RESUME_FREE_KEYS
 
-    assert AppConfig().grid == GridParams()
-    assert AppConfig.from_run_config({"max-in-flight": 64}).grid.max_in_flight == 64
+    assert AppConfig().transport == TransportParams()
+    assert AppConfig.from_run_config({"max-in-flight": 64}).transport.max_in_flight == 64
     with pytest.raises(ConfigError, match="max-in-flight"):
         AppConfig.from_run_config({"max-in-flight": -3})
     assert "max-in-flight" in RESUME_FREE_KEYS  # it changes when messages are sent, not what comes back
+
+
+def test_the_strategy_its_queries_and_the_final_evaluation_send_through_its_transport():
+    """Every message of a run goes through the strategy's transport: identity queries, training, evaluation,
+    a sampler's sketch queries and the final evaluation on every node (no proxy Grid in between)."""
+    import numpy as np
+    from flwr.app import Array, ArrayRecord, MetricRecord
+
+    from bouquet.algorithms.selection import SCKMSelectSelector
+    from bouquet.strategies import BouquetStrategy, SamplingParams, SketchSelection
+    from bouquet.tasks.server import evaluate_every_node
+    from bouquet.transport import FlowerTransport
+    from tests.flower_fakes import FakeGrid, arrays
+
+    class Counting(FlowerTransport):
+        def __init__(self):
+            self.types = []
+
+        def exchange(self, grid, messages, timeout):
+            messages = list(messages)
+            self.types += sorted({m.metadata.message_type for m in messages})
+            return super().exchange(grid, messages, timeout)
+
+    rng = np.random.default_rng(0)
+
+    def handler(msg):
+        kind = msg.metadata.message_type
+        if kind.startswith("query.sketch"):
+            return reply_to(msg, RecordDict({
+                "sketch": ArrayRecord({"values": Array(rng.normal(size=8).astype(np.float32))}),
+                "sketch-info": ConfigRecord({"loss": 1.0, "num-examples": 1, "layer-sizes": [8]})}))
+        if kind == "train":
+            return reply_to(msg, RecordDict({"arrays": msg.content["arrays"],
+                                             "metrics": MetricRecord({"num-examples": 1})}))
+        return reply_to(msg, RecordDict({"metrics": MetricRecord({"num-examples": 1}),
+                                         "info": ConfigRecord({"partition-id": msg.metadata.dst_node_id})}))
+
+    keys = {100 + i: i for i in range(4)}
+    grid, transport = FakeGrid(sorted(keys), keys=keys, handler=handler), Counting()
+    strategy = BouquetStrategy(sampler=SketchSelection(SCKMSelectSelector(), SamplingParams(
+        clients_per_round=2, seed=0, identify_nodes=True)), hooks=(), message_factory=make_message,
+        transport=transport)
+    strategy.start(grid, arrays(0.0), num_rounds=1)
+    assert transport.types[0] == "query.identify" and "train" in transport.types and "evaluate" in transport.types
+    assert any(t.startswith("query.sketch") for t in transport.types)
+    before = len(transport.types)
+    rows = evaluate_every_node(grid, strategy.serve(grid), timeout=5, new_message=make_message, transport=transport)
+    assert transport.types[before:] == ["evaluate"] and len(rows) == 4
