@@ -1,7 +1,7 @@
 """The app's run configuration: the components' params classes composed, and one generic key mapping.
 
 Each component owns a frozen params class with its defaults and validation (``HKParams``,
-``SamplingParams``, ``WaterDataConfig``, ...).  :class:`AppConfig` holds one instance of each (a
+``SamplingParams``, ``WaterDataParams``, ...).  :class:`AppConfig` holds one instance of each (a
 *section*) and :data:`KEYS` maps every kebab-case run-config key to the field it sets: by default the
 key is the section's prefix plus the field name with ``_`` -> ``-``; a few keys are named otherwise
 (``local-epochs`` sets ``water_train.epochs``), and three are shared by two sections (``batch-size``,
@@ -40,8 +40,8 @@ from bouquet.algorithms.selection import (
     Selector,
 )
 from bouquet.checkpoint import CheckpointParams
-from bouquet.data.images import VisionDataConfig
-from bouquet.data.water import WaterDataConfig
+from bouquet.data.images import VisionDataParams
+from bouquet.data.water import WaterDataParams
 from bouquet.families import FAMILIES, STRATEGIES, Family, FamilyError, StrategySpec, family_names
 from bouquet.params import ParamError
 from bouquet.strategies.params import (
@@ -57,11 +57,11 @@ from bouquet.tasks.params import (
     PROFILE_BASELINES,
     CentralEvalParams,
     LSTMParams,
-    PerFedAvgSettings,
+    PerFedAvgParams,
     PersonalParams,
-    TrainSettings,
     VisionModelParams,
-    VisionTrainSettings,
+    VisionTrainParams,
+    WaterTrainParams,
 )
 from bouquet.transport import TransportParams
 
@@ -184,23 +184,23 @@ _SECTIONS = (
     _Section("fixed_k", FixedKParams, prefix="fixed-", skip=("geometry",)),
     _Section("proximal", ProximalParams, prefix="proximal-"),
     _Section("server_opt", ServerOptParams, prefix="server-"),
-    _Section("perfedavg", PerFedAvgSettings, prefix="perfedavg-", skip=("variant",)),
-    _Section("water_data", WaterDataConfig,
+    _Section("perfedavg", PerFedAvgParams, prefix="perfedavg-", skip=("variant",)),
+    _Section("water_data", WaterDataParams,
              rename={"source": "data-source", "path": "data-path", "calendar": "calendar-inputs",
                      "household": "household-inputs"},
              skip=("synthetic", "cleaning")),
     _Section("water_model", LSTMParams, rename={"baseline": "forecast-baseline"}),
-    _Section("water_train", TrainSettings, rename={"epochs": "local-epochs", "loss": "forecast-loss",
+    _Section("water_train", WaterTrainParams, rename={"epochs": "local-epochs", "loss": "forecast-loss",
                                                    "huber_delta": "forecast-huber-delta"}),
     _Section("personal", PersonalParams, rename={"epochs": "personalize-epochs", "learning_rate": "personalize-learning-rate",
                                                  "layers": "personal-layers", "ditto_lambda": "ditto-lambda",
                                                  "state_dir": "personal-state-dir"}),
-    _Section("vision_data", VisionDataConfig,
+    _Section("vision_data", VisionDataParams,
              rename={"dataset": "vision-dataset", "path": "vision-data-path", "partitioner": "vision-partitioner",
                      "seed": "data-seed", "groups": "vision-groups", "num_groups": "vision-num-groups",
                      "client_test_size": "vision-client-test-size"}),
     _Section("vision_model", VisionModelParams, rename={"name": "vision-model", "device": "vision-device"}),
-    _Section("vision_train", VisionTrainSettings, rename={"learning_rate": "vision-learning-rate",
+    _Section("vision_train", VisionTrainParams, rename={"learning_rate": "vision-learning-rate",
                                                           "momentum": "vision-momentum"}),
     _Section("central", CentralEvalParams, rename={"size": "central-eval-size", "mode": "vision-evaluation"}),
     _Section("store", ModelStoreParams, rename={"coalition_models": "coalition-models"}),
@@ -339,14 +339,14 @@ class AppConfig:
     fixed_k: FixedKParams = field(default_factory=FixedKParams)
     proximal: ProximalParams = field(default_factory=lambda: ProximalParams(mu=APP_PROXIMAL_MU))
     server_opt: ServerOptParams = field(default_factory=ServerOptParams)
-    perfedavg: PerFedAvgSettings = field(default_factory=PerFedAvgSettings)
-    water_data: WaterDataConfig = field(default_factory=WaterDataConfig)
+    perfedavg: PerFedAvgParams = field(default_factory=PerFedAvgParams)
+    water_data: WaterDataParams = field(default_factory=WaterDataParams)
     water_model: LSTMParams = field(default_factory=LSTMParams)
-    water_train: TrainSettings = field(default_factory=TrainSettings)
+    water_train: WaterTrainParams = field(default_factory=WaterTrainParams)
     personal: PersonalParams = field(default_factory=PersonalParams)
-    vision_data: VisionDataConfig = field(default_factory=VisionDataConfig)
+    vision_data: VisionDataParams = field(default_factory=VisionDataParams)
     vision_model: VisionModelParams = field(default_factory=VisionModelParams)
-    vision_train: VisionTrainSettings = field(default_factory=VisionTrainSettings)
+    vision_train: VisionTrainParams = field(default_factory=VisionTrainParams)
     central: CentralEvalParams = field(default_factory=CentralEvalParams)
     store: ModelStoreParams = field(default_factory=ModelStoreParams)
     ifca: IFCAParams = field(default_factory=IFCAParams)
@@ -467,7 +467,7 @@ class AppConfig:
         name = self.run.selection
         return sections[name] if name in sections else SELECTORS[name]()
 
-    def perfedavg_settings(self) -> PerFedAvgSettings:
+    def perfedavg_settings(self) -> PerFedAvgParams:
         """Per-FedAvg's settings with the variant the strategy names."""
         return dataclasses.replace(self.perfedavg, variant=self.spec.variant or self.perfedavg.variant)
 

@@ -118,14 +118,14 @@ def prepare_image_caches(jobs: Sequence[Job]) -> None:
     task" 73 s after it started was doing it (docs/RELIABILITY.md).  Done once
     before the runs, every run reads the decoded ``.npz``.
     """
-    from bouquet.data.images import VisionDataConfig, load_images
+    from bouquet.data.images import VisionDataParams, load_images
 
     paths = sorted({str(job.run_config["vision-data-path"]) for job in jobs
                     if job.run_config.get("vision-dataset") == "imagefolder" and job.run_config.get("vision-data-path")})
     for path in paths:
         started = time.time()
         print(f"image cache for {path} ...", end=" ", flush=True)
-        data = load_images(VisionDataConfig(dataset="imagefolder", path=path))
+        data = load_images(VisionDataParams(dataset="imagefolder", path=path))
         print(f"{len(data.y_train)} + {len(data.y_test)} images ready in {time.time() - started:.0f} s", flush=True)
 
 

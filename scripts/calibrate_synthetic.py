@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from bouquet.data.daiad import clean_to_daily, read_daiad
-from bouquet.data.synthetic import SyntheticConfig, generate_population
-from bouquet.data.water import HouseholdDaily, WaterDataConfig, select_pool
+from bouquet.data.synthetic import SyntheticParams, generate_population
+from bouquet.data.water import HouseholdDaily, WaterDataParams, select_pool
 
 
 def daily_stats(households: list[HouseholdDaily]) -> dict[str, float]:
@@ -83,9 +83,9 @@ def empty_share(households: list[HouseholdDaily]) -> float:
 
 def type_columns(types: str, households: int) -> dict[str, dict[str, float]]:
     """One column of :func:`daily_stats` (and the share of near-empty days) per household type."""
-    population = generate_population(SyntheticConfig(n_households=households, household_types=types))
+    population = generate_population(SyntheticParams(n_households=households, household_types=types))
     columns = {}
-    for kind in SyntheticConfig(household_types=types).types:
+    for kind in SyntheticParams(household_types=types).types:
         members = [HouseholdDaily(h.household_id, h.first_day, h.daily) for h in population if h.archetype == kind]
         columns[kind] = {**daily_stats(members), "share of days < 5 L": empty_share(members),
                          **synthetic_hourly_stats([h.hourly for h in population if h.archetype == kind])}
@@ -127,7 +127,7 @@ def main() -> None:
         return
 
     started = time.perf_counter()
-    population = generate_population(SyntheticConfig())
+    population = generate_population(SyntheticParams())
     print(f"generated {len(population)} synthetic households in {time.perf_counter() - started:.1f} s")
     residential = [h for h in population if h.archetype not in ("vacant", "non-residential")]
     as_daily = [HouseholdDaily(h.household_id, h.first_day, h.daily) for h in residential]
@@ -140,8 +140,8 @@ def main() -> None:
     pool_rows = []
     for seed in range(args.seeds):
         households = [HouseholdDaily(h.household_id, h.first_day, h.daily)
-                      for h in generate_population(SyntheticConfig(seed=seed))]
-        report = select_pool(households, WaterDataConfig()).report
+                      for h in generate_population(SyntheticParams(seed=seed))]
+        report = select_pool(households, WaterDataParams()).report
         pool_rows.append({"seed": seed, "active (>= 1.6 x mean)": int((~report["status"].str.startswith("inactive")).sum()),
                           "pool (active, >= 730 days)": int((report["status"] == "pool").sum())})
     pools = pd.DataFrame(pool_rows)

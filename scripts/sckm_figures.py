@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bouquet.data.images import VisionDataConfig, load_images, partition
+from bouquet.data.images import VisionDataParams, load_images, partition
 from bouquet.results import find_runs
 
 TAIL_ROUNDS = 5
@@ -387,7 +387,7 @@ def run_selection_facts(trained: dict[int, list[int]], client_classes: list[set[
 
 
 @functools.lru_cache(maxsize=8)
-def _client_classes(vision: VisionDataConfig, num_clients: int) -> list[set[int]]:
+def _client_classes(vision: VisionDataParams, num_clients: int) -> list[set[int]]:
     """Each client's label set under the run's own seeded partition (what its ClientApp trains on)."""
     labels = load_images(vision).y_train
     return [set(np.unique(labels[rows]).tolist()) for rows in partition(labels, num_clients, vision)]

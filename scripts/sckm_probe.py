@@ -49,9 +49,9 @@ from bouquet.algorithms.probe import (
     rank_and_relative_accuracy,
 )
 from bouquet.algorithms.selection import Candidates, SCKMSelectSelector
-from bouquet.data.images import VisionDataConfig, load_images, shard_partition
+from bouquet.data.images import VisionDataParams, load_images, shard_partition
 from bouquet.tasks.vision import (
-    VisionTrainSettings,
+    VisionTrainParams,
     accuracy,
     batch_at,
     gradient_sketch,
@@ -92,7 +92,7 @@ def collect(data, shards: int, seed: int, rounds: list[int], args) -> tuple[list
     if args.val_size:
         val = val[:args.val_size]  # score pairs on part of the held-out split (CIFAR: 45 pairs x 5,000 images)
     parts = [train[p] for p in shard_partition(data.y_train[train], args.clients, shards, rng)]
-    settings = VisionTrainSettings(args.local_batches, args.batch_size, args.learning_rate)
+    settings = VisionTrainParams(args.local_batches, args.batch_size, args.learning_rate)
     torch.manual_seed(seed)
     model = make_model(args.model, data.shape, len(data.classes))
     state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     out = args.out or ROOT / "results" / "sckm" / f"probe-{args.data}"
     out.mkdir(parents=True, exist_ok=True)
-    config = VisionDataConfig() if args.data == "digits" else VisionDataConfig("imagefolder", str(CIFAR))
+    config = VisionDataParams() if args.data == "digits" else VisionDataParams("imagefolder", str(CIFAR))
     data = load_images(config)
     started = time.time()
     rows, clients = [], []

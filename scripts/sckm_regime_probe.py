@@ -43,10 +43,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bouquet.data.images import VisionDataConfig
+from bouquet.data.images import VisionDataParams
 from bouquet.tasks.base import batch_indices
 from bouquet.tasks.vision import (
-    VisionTrainSettings,
+    VisionTrainParams,
     accuracy,
     make_model,
     node_shard,
@@ -67,13 +67,13 @@ def config_name(args: argparse.Namespace, shards: int, seed: int) -> str:
 
 
 def run(args: argparse.Namespace, shards: int, seed: int, out: Path) -> pd.DataFrame:
-    data = VisionDataConfig(dataset="imagefolder", path=str(args.data), shards_per_client=shards,
+    data = VisionDataParams(dataset="imagefolder", path=str(args.data), shards_per_client=shards,
                             seed=args.data_seed)
     images, _ = partitioned_images(data, args.clients)
     clients = [node_shard(data, k, args.clients) for k in range(args.clients)]
     keep = batch_indices(len(images.y_test), args.eval_size, np.random.default_rng([args.data_seed, 2]))
     x_test, y_test = images.x_test[keep], images.y_test[keep]
-    settings = VisionTrainSettings(args.local_batches, args.batch_size, args.learning_rate, args.momentum)
+    settings = VisionTrainParams(args.local_batches, args.batch_size, args.learning_rate, args.momentum)
     torch.manual_seed(seed)
     model = make_model(args.model, images.shape, len(images.classes)).to(torch_device(args.device))
     state = {k: v.clone() for k, v in model.state_dict().items()}

@@ -95,11 +95,11 @@ def test_hk_keys_are_validated_by_the_geometry_the_strategy_names_and_kept_other
 def test_each_default_lives_in_its_params_class():
     from bouquet.algorithms.hk import HKParams
     from bouquet.strategies.params import SelectionParams
-    from bouquet.tasks.params import VisionTrainSettings
+    from bouquet.tasks.params import VisionTrainParams
 
     defaults = AppConfig.defaults()
     assert defaults["hk-tau"] == HKParams.tau and defaults["sketch-fraction"] == SelectionParams.sketch_fraction
-    assert defaults["vision-learning-rate"] == VisionTrainSettings.learning_rate
+    assert defaults["vision-learning-rate"] == VisionTrainParams.learning_rate
     # a key that sets two sections has one default: both classes read it from one constant
     for key in ("batch-size", "data-seed", "sckm-layer-combine"):
         sections = [k for k in AppConfig.describe_keys() if k[0] == key]

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from bouquet.data.daiad import (
-    CleaningRules,
+    CleaningParams,
     DaiadFormatError,
     clean_to_daily,
     read_daiad,
@@ -208,6 +208,6 @@ def test_duplicates_dropped_and_input_untouched():
 
 def test_rules_validate():
     with pytest.raises(ValueError, match="min_hours_per_day"):
-        CleaningRules(min_hours_per_day=25)
+        CleaningParams(min_hours_per_day=25)
     with pytest.raises(ValueError, match="max_flow"):
-        CleaningRules(max_flow_litres_per_hour=0)
+        CleaningParams(max_flow_litres_per_hour=0)

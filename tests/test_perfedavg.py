@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from bouquet.tasks.perfedavg import (
-    PerFedAvgSettings,
+    PerFedAvgParams,
     perfedavg_step,
     personalize,
     train_perfedavg,
@@ -37,7 +37,7 @@ BATCHES = ((None, None),) * 3
 def test_first_order_step_matches_hand_computation():
     w0 = np.array([0.5, 0.5])
     model = Vector(w0)
-    settings = PerFedAvgSettings("fo", alpha=0.1, beta=0.2)
+    settings = PerFedAvgParams("fo", alpha=0.1, beta=0.2)
     perfedavg_step(model, quadratic, BATCHES, settings)
     a, c = A.numpy(), C.numpy()
     w_tmp = w0 - 0.1 * a @ (w0 - c)
@@ -49,7 +49,7 @@ def test_adam_meta_step_matches_hand_computation():
     # Adam's first step from w with gradient g: w - lr * g_hat / (sqrt(v_hat) + eps), g_hat = g, v_hat = g^2
     w0 = np.array([0.5, 0.5])
     model = Vector(w0)
-    settings = PerFedAvgSettings("fo", alpha=0.1, beta=0.2, meta_optimizer="adam")
+    settings = PerFedAvgParams("fo", alpha=0.1, beta=0.2, meta_optimizer="adam")
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.beta)
     perfedavg_step(model, quadratic, BATCHES, settings, optimizer)
     a, c = A.numpy(), C.numpy()
@@ -60,7 +60,7 @@ def test_adam_meta_step_matches_hand_computation():
 def test_hessian_free_step_matches_hand_computation():
     w0 = np.array([0.5, 0.5])
     model = Vector(w0)
-    perfedavg_step(model, quadratic, BATCHES, PerFedAvgSettings("hf", alpha=0.1, beta=0.2, delta=1e-4))
+    perfedavg_step(model, quadratic, BATCHES, PerFedAvgParams("hf", alpha=0.1, beta=0.2, delta=1e-4))
     a, c = A.numpy(), C.numpy()
     w_tmp = w0 - 0.1 * a @ (w0 - c)
     meta = a @ (w_tmp - c)
@@ -73,8 +73,8 @@ def test_hessian_free_equals_first_order_when_the_hessian_is_zero():
         return torch.tensor([3.0, -2.0], dtype=torch.float64) @ model.w
 
     fo, hf = Vector([0.3, 0.7]), Vector([0.3, 0.7])
-    perfedavg_step(fo, linear, BATCHES, PerFedAvgSettings("fo", alpha=0.1, beta=0.2))
-    perfedavg_step(hf, linear, BATCHES, PerFedAvgSettings("hf", alpha=0.1, beta=0.2))
+    perfedavg_step(fo, linear, BATCHES, PerFedAvgParams("fo", alpha=0.1, beta=0.2))
+    perfedavg_step(hf, linear, BATCHES, PerFedAvgParams("hf", alpha=0.1, beta=0.2))
     torch.testing.assert_close(fo.w, hf.w)
 
 
@@ -93,15 +93,15 @@ def test_training_reduces_a_regression_loss():
     model = Vector([0.0, 0.0])
     before = float(((x @ np.zeros(2) - y) ** 2).mean())
     after = train_perfedavg(model, x, y, epochs=20, batch_size=16, rng=rng,
-                            settings=PerFedAvgSettings("fo", alpha=0.05, beta=0.1))
+                            settings=PerFedAvgParams("fo", alpha=0.05, beta=0.1))
     assert after < 0.2 * before
     adam = Vector([0.0, 0.0])
     after_adam = train_perfedavg(adam, x, y, epochs=20, batch_size=16, rng=np.random.default_rng(0),
-                                 settings=PerFedAvgSettings("fo", alpha=0.05, beta=0.1, meta_optimizer="adam"))
+                                 settings=PerFedAvgParams("fo", alpha=0.05, beta=0.1, meta_optimizer="adam"))
     assert after_adam < 0.2 * before
 
 
 @pytest.mark.parametrize("kwargs", [{"variant": "so"}, {"alpha": 0.0}, {"delta": -1.0}, {"meta_optimizer": "rmsprop"}])
 def test_settings_validate(kwargs):
     with pytest.raises(ValueError):
-        PerFedAvgSettings(**kwargs)
+        PerFedAvgParams(**kwargs)

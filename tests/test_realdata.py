@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bouquet.data.daiad import clean_to_daily, read_daiad
-from bouquet.data.water import WaterDataConfig, build_pool
+from bouquet.data.water import WaterDataParams, build_pool
 
 pytestmark = pytest.mark.realdata
 
@@ -29,7 +29,7 @@ def test_real_file_cleaning_matches_documented_statistics(daiad_zip):
 
 
 def test_real_pool_with_one_year_history(daiad_zip):
-    config = WaterDataConfig(source="daiad", path=str(daiad_zip), min_history_days=300, active_factor=0.0)
+    config = WaterDataParams(source="daiad", path=str(daiad_zip), min_history_days=300, active_factor=0.0)
     pool = build_pool(config)
     assert 70 <= len(pool) <= 92  # 76 measured: gappy meters lack 10 windows of 13 valid days
     windows = pool.client(0, config)

@@ -5,23 +5,23 @@ import pytest
 
 from bouquet.data.synthetic import (
     ARCHETYPES,
-    SyntheticConfig,
+    SyntheticParams,
     generate_household,
     generate_population,
 )
-from bouquet.data.water import WaterDataConfig, build_pool
+from bouquet.data.water import WaterDataParams, build_pool
 
 
 def test_same_seed_same_data_other_seed_other_data():
     a, b = generate_household(7), generate_household(7)
     np.testing.assert_array_equal(a.hourly, b.hourly)
-    c = generate_household(7, SyntheticConfig(seed=1))
+    c = generate_household(7, SyntheticParams(seed=1))
     assert not np.array_equal(a.hourly[: len(c.hourly)], c.hourly[: len(a.hourly)])
 
 
 def test_household_is_independent_of_population_size():
-    small = generate_household(3, SyntheticConfig(n_households=10))
-    large = generate_household(3, SyntheticConfig(n_households=1099))
+    small = generate_household(3, SyntheticParams(n_households=10))
+    large = generate_household(3, SyntheticParams(n_households=1099))
     np.testing.assert_array_equal(small.hourly, large.hourly)
 
 
@@ -34,7 +34,7 @@ def test_hourly_litres_are_non_negative_integers():
 
 def test_index_out_of_range():
     with pytest.raises(IndexError, match="outside"):
-        generate_household(5, SyntheticConfig(n_households=5))
+        generate_household(5, SyntheticParams(n_households=5))
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_population_statistics_in_documented_ranges(population):
 
 
 def test_paper_filters_give_about_the_papers_pool():
-    pool = build_pool(WaterDataConfig())
+    pool = build_pool(WaterDataParams())
     status = pool.report["status"]
     active = (~status.str.startswith("inactive")).sum()
     assert 150 <= active <= 230  # paper: 188

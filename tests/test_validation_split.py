@@ -8,7 +8,7 @@ import torch
 from bouquet.data.water import (
     HouseholdDaily,
     InsufficientDataError,
-    WaterDataConfig,
+    WaterDataParams,
     make_windows,
     select_pool,
     validation_windows,
@@ -69,8 +69,8 @@ def test_a_validation_split_that_leaves_no_fit_window_is_an_error_naming_the_key
     with pytest.raises(InsufficientDataError, match="validation-fraction 0.9 holds out 4 of its 4"):
         make_windows(household, lookback=7, min_windows=2, validation_fraction=0.9)
     with pytest.raises(ValueError, match="validation-fraction must be in"):
-        WaterDataConfig(validation_fraction=0.6)
-    config = WaterDataConfig(lookback=7, min_windows=2, active_factor=0.0, min_history_days=0,
+        WaterDataParams(validation_fraction=0.6)
+    config = WaterDataParams(lookback=7, min_windows=2, active_factor=0.0, min_history_days=0,
                              validation_fraction=0.5)
     tiny = HouseholdDaily("tiny", MONDAY, np.full(10, 100.0))  # 3 windows: 2 train -> 1 validates, 1 fits
     pool = select_pool([_household(hid="a"), tiny], config)
@@ -82,7 +82,7 @@ def test_a_validation_split_that_leaves_no_fit_window_is_an_error_naming_the_key
 
 
 def test_the_pool_report_names_and_counts_households_left_out():
-    config = WaterDataConfig(lookback=7, min_windows=10, active_factor=0.0, min_history_days=0,
+    config = WaterDataParams(lookback=7, min_windows=10, active_factor=0.0, min_history_days=0,
                              validation_fraction=0.2)
     short = HouseholdDaily("short", MONDAY, np.full(15, 100.0))  # 8 windows < 10
     pool = select_pool([_household(hid="a"), short], config)

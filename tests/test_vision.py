@@ -9,14 +9,14 @@ import torch
 
 from bouquet.algorithms.sckm import sketch_indices
 from bouquet.data.images import (
-    VisionDataConfig,
+    VisionDataParams,
     dirichlet_partition,
     load_images,
     partition,
     shard_partition,
 )
 from bouquet.tasks.vision import (
-    VisionTrainSettings,
+    VisionTrainParams,
     accuracy,
     batch_at,
     gradient_sketch,
@@ -26,7 +26,7 @@ from bouquet.tasks.vision import (
 
 
 def test_digits_load_offline_as_bytes_with_a_stratified_split():
-    data = load_images(VisionDataConfig())
+    data = load_images(VisionDataParams())
     assert data.x_train.dtype == np.uint8 and data.shape == (1, 8, 8)
     assert len(data.y_train) + len(data.y_test) == 1797 and len(data.classes) == 10
     train_share = np.bincount(data.y_train) / np.bincount(data.y_train + 0).sum()
@@ -58,7 +58,7 @@ def test_dirichlet_covers_everything_once_and_skews_labels():
     assert sorted(flat.tolist()) == list(range(500)) and min(len(p) for p in parts) >= 5
     dominant = [np.bincount(labels[p], minlength=5).max() / len(p) for p in parts]
     assert np.mean(dominant) > 0.5  # alpha = 0.1: most clients are dominated by one class
-    cfg = VisionDataConfig(partitioner="dirichlet", dirichlet_alpha=100.0)
+    cfg = VisionDataParams(partitioner="dirichlet", dirichlet_alpha=100.0)
     even = partition(labels, 4, cfg)
     assert all(abs(len(p) - 125) < 40 for p in even)
 
@@ -77,19 +77,19 @@ def _image_folder(root, size=(6, 6), classes=("cat", "ant"), per=3):
 
 def test_image_folder_and_its_tarball_load_with_sorted_classes(tmp_path):
     _image_folder(tmp_path / "imgs")
-    data = load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "imgs")))
+    data = load_images(VisionDataParams(dataset="imagefolder", path=str(tmp_path / "imgs")))
     assert data.classes == ("ant", "cat") and data.x_train.shape == (6, 3, 6, 6)
     assert np.bincount(data.y_train).tolist() == [3, 3]
-    again = load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "imgs")))  # from the cache
+    again = load_images(VisionDataParams(dataset="imagefolder", path=str(tmp_path / "imgs")))  # from the cache
     np.testing.assert_array_equal(again.x_test, data.x_test)
     with tarfile.open(tmp_path / "imgs.tar.gz", "w:gz") as tar:
         tar.add(tmp_path / "imgs", arcname="my-images")
-    packed = load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "imgs.tar.gz")))
+    packed = load_images(VisionDataParams(dataset="imagefolder", path=str(tmp_path / "imgs.tar.gz")))
     np.testing.assert_array_equal(packed.x_train, data.x_train)
 
 
 def _load_packed(path, queue):
-    data = load_images(VisionDataConfig(dataset="imagefolder", path=path))
+    data = load_images(VisionDataParams(dataset="imagefolder", path=path))
     queue.put((data.x_train.tobytes(), data.y_train.tolist(), data.classes))
 
 
@@ -112,7 +112,7 @@ def test_a_tarball_is_never_visible_half_extracted(tmp_path, monkeypatch):
         return original(self, path, *args, **kwargs)
 
     monkeypatch.setattr(tarfile.TarFile, "extractall", watching)
-    data = load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    data = load_images(VisionDataParams(dataset="imagefolder", path=str(packed)))
     assert len(seen) == 1 and all(not name.startswith("images-") or name.endswith(".partial") for name in seen[0])
     left = sorted(p.name for p in cache.iterdir())
     assert len(left) == 2 and left[1] == left[0] + ".npz"  # the whole folder and the decoded cache, nothing else
@@ -123,12 +123,12 @@ def test_an_extraction_cut_short_is_redone(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("BOUQUET_CACHE_DIR", str(cache))
     packed = _tarball(tmp_path)
-    first = load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    first = load_images(VisionDataParams(dataset="imagefolder", path=str(packed)))
     folder = next(p for p in cache.iterdir() if p.is_dir())
     (folder / ".complete").unlink()  # as an older bouquet left it when killed mid-extraction
     shutil.rmtree(folder / "my-images" / "test")
     next(cache.glob("*.npz")).unlink()
-    again = load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    again = load_images(VisionDataParams(dataset="imagefolder", path=str(packed)))
     np.testing.assert_array_equal(again.x_test, first.x_test)
     assert (folder / ".complete").exists() and not list(cache.glob("*.partial"))
 
@@ -148,21 +148,21 @@ def test_runs_that_load_a_new_tarball_together_all_get_it_whole(tmp_path, monkey
     for proc in procs:
         proc.join(timeout=60)
         assert proc.exitcode == 0
-    alone = load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    alone = load_images(VisionDataParams(dataset="imagefolder", path=str(packed)))
     assert all(r == (alone.x_train.tobytes(), alone.y_train.tolist(), alone.classes) for r in results)
     assert len(list(cache.iterdir())) == 2  # one folder, one .npz: no partial copies or temporary files left
 
 
 def test_image_folder_errors_are_clear(tmp_path):
     with pytest.raises(ValueError, match="needs vision-data-path"):
-        VisionDataConfig(dataset="imagefolder")
+        VisionDataParams(dataset="imagefolder")
     with pytest.raises(FileNotFoundError):
-        load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "nope")))
+        load_images(VisionDataParams(dataset="imagefolder", path=str(tmp_path / "nope")))
     (tmp_path / "x" / "train" / "a").mkdir(parents=True)
     with pytest.raises(ValueError, match="no 'test' folder"):
-        load_images(VisionDataConfig(dataset="imagefolder", path=str(tmp_path / "x")))
+        load_images(VisionDataParams(dataset="imagefolder", path=str(tmp_path / "x")))
     with pytest.raises(ValueError, match="partitioner"):
-        VisionDataConfig(partitioner="random")
+        VisionDataParams(partitioner="random")
 
 
 def test_models_have_the_documented_sizes_and_refuse_wrong_inputs():
@@ -206,10 +206,10 @@ def test_vgg_gradients_reach_the_first_layer(name):
 
 def test_local_sgd_learns_the_digits():
     torch.manual_seed(0)
-    data = load_images(VisionDataConfig())
+    data = load_images(VisionDataParams())
     model = make_model("cnn", data.shape, 10)
     before, _ = accuracy(model, data.x_test, data.y_test)
-    train_batches(model, data.x_train, data.y_train, VisionTrainSettings(120, 32, 0.05, 0.9), np.random.default_rng(0))
+    train_batches(model, data.x_train, data.y_train, VisionTrainParams(120, 32, 0.05, 0.9), np.random.default_rng(0))
     after, _ = accuracy(model, data.x_test, data.y_test)
     assert after > 0.8 and before < 0.3
 
@@ -217,7 +217,7 @@ def test_local_sgd_learns_the_digits():
 def test_sketch_is_the_gradient_at_the_shared_coordinates():
     torch.manual_seed(0)
     model = make_model("cnn", (1, 8, 8), 10)
-    data = load_images(VisionDataConfig())
+    data = load_images(VisionDataParams())
     batch = batch_at(data.x_train, data.y_train, 16, np.random.default_rng(0))
     sketch, loss, sizes = gradient_sketch(model, batch, 0.05, [3, 1])
     model.zero_grad()
@@ -239,7 +239,7 @@ def test_central_evaluation_scores_a_seeded_subset_of_the_test_set():
     from bouquet.config import AppConfig, ConfigError
     from bouquet.tasks.vision_server import central_evaluation
 
-    data = load_images(VisionDataConfig())
+    data = load_images(VisionDataParams())
     full_config = AppConfig.from_run_config({"task": "vision"})
     initial, evaluate_full = central_evaluation(full_config)
     model = make_model("cnn", data.shape, 10)
@@ -290,7 +290,7 @@ def test_on_cuda_the_vision_task_trains_sketches_and_scores_as_on_the_cpu(name):
     for device in ("cpu", "cuda"):
         torch.manual_seed(0)
         model = make_model(name, (3, 32, 32), 10).to(torch_device(device))
-        loss = train_batches(model, x, y, VisionTrainSettings(3, 16, 0.01, 0.0), np.random.default_rng(2))
+        loss = train_batches(model, x, y, VisionTrainParams(3, 16, 0.01, 0.0), np.random.default_rng(2))
         sketch, sketch_loss, _ = gradient_sketch(model, batch_at(x, y, 16, np.random.default_rng(3)), 0.01, [0, 1])
         results.append((loss, sketch, sketch_loss, accuracy(model, x, y)))
     (cpu_loss, cpu_sketch, cpu_sketch_loss, cpu_acc), (gpu_loss, gpu_sketch, gpu_sketch_loss, gpu_acc) = results
@@ -321,14 +321,14 @@ def test_an_archive_is_cached_by_its_content(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("BOUQUET_CACHE_DIR", str(cache))
     packed = _tarball(tmp_path)
-    load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    load_images(VisionDataParams(dataset="imagefolder", path=str(packed)))
     os.utime(packed, (1, 1))  # a new mtime, as a re-mounted read-only share gives: the same cache
     copy = tmp_path / "elsewhere.tar.gz"
     shutil.copy(packed, copy)
-    load_images(VisionDataConfig(dataset="imagefolder", path=str(copy)))
+    load_images(VisionDataParams(dataset="imagefolder", path=str(copy)))
     assert len(list(cache.glob("images-*.npz"))) == 1
     with tarfile.open(packed, "w:gz") as tar:  # other content: a new entry
         tar.add(tmp_path / "imgs" / "train", arcname="my-images/train")
         tar.add(tmp_path / "imgs" / "train", arcname="my-images/test")
-    load_images(VisionDataConfig(dataset="imagefolder", path=str(packed)))
+    load_images(VisionDataParams(dataset="imagefolder", path=str(packed)))
     assert len(list(cache.glob("images-*.npz"))) == 2

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bouquet.data.synthetic import SyntheticConfig
+from bouquet.data.synthetic import SyntheticParams
 from bouquet.data.water import (
     HouseholdDaily,
     InsufficientDataError,
-    WaterDataConfig,
+    WaterDataParams,
     WaterPool,
     fit_scaler,
     global_scaler,
@@ -86,7 +86,7 @@ def test_pool_filters_active_history_and_windows():
     gappy = rng.uniform(900, 1100, 800)
     gappy[::10] = np.nan  # never 13 consecutive valid days
     homes.append(household(gappy, "biggappy"))
-    pool = select_pool(homes, WaterDataConfig(min_history_days=730))
+    pool = select_pool(homes, WaterDataParams(min_history_days=730))
     assert [h.household_id for h in pool.households] == ["big"]
     status = dict(zip(pool.report["household"], pool.report["status"]))
     assert status["big"] == "pool"
@@ -99,11 +99,11 @@ def test_pool_filters_active_history_and_windows():
 def test_empty_pool_explains_filters():
     homes = [household(np.full(100, 100.0), "a"), household(np.full(100, 100.0), "b")]
     with pytest.raises(InsufficientDataError, match="no household passes the filters.*min-history-days"):
-        select_pool(homes, WaterDataConfig(min_history_days=730))
+        select_pool(homes, WaterDataParams(min_history_days=730))
 
 
 def test_partition_out_of_range_is_clear():
-    config = WaterDataConfig(synthetic=SyntheticConfig(n_households=60), active_factor=0.0)
+    config = WaterDataParams(synthetic=SyntheticParams(n_households=60), active_factor=0.0)
     pool = load_pool(config)
     with pytest.raises(IndexError, match=f"partition-id 999 is outside the pool of {len(pool)} households"):
         pool.client(999, config)
@@ -112,7 +112,7 @@ def test_partition_out_of_range_is_clear():
 def test_cache_roundtrip_gives_the_same_pool(tmp_path):
     from bouquet.data import water
 
-    config = WaterDataConfig(synthetic=SyntheticConfig(n_households=40, seed=3), active_factor=0.5)
+    config = WaterDataParams(synthetic=SyntheticParams(n_households=40, seed=3), active_factor=0.5)
     built = load_pool(config, cache_dir=tmp_path)
     water.forget_pools()
     loaded = load_pool(config, cache_dir=tmp_path)
@@ -131,12 +131,12 @@ def test_cache_roundtrip_gives_the_same_pool(tmp_path):
 ])
 def test_config_rejects_bad_values(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        WaterDataConfig(**kwargs)
+        WaterDataParams(**kwargs)
 
 
 def test_a_daiad_source_needs_its_file_when_the_pool_is_loaded_not_before():
     # deployment: the run config names no file, each node its own (bouquet.tasks.water.node_windows)
-    config = WaterDataConfig(source="daiad")
+    config = WaterDataParams(source="daiad")
     with pytest.raises(ValueError, match="needs a data path"):
         load_pool(config)
 
@@ -233,19 +233,19 @@ def test_window_median_baseline_starts_as_the_naive_window_median_over_calendar_
 def test_training_losses_by_hand():
     import torch
 
-    from bouquet.tasks.params import TrainSettings
+    from bouquet.tasks.params import WaterTrainParams
     from bouquet.tasks.water import training_loss
 
     predicted, target = torch.tensor([0.0, 0.0, 0.0]), torch.tensor([0.05, -0.3, 1.0])
-    assert float(training_loss(TrainSettings())(predicted, target)) == pytest.approx((0.0025 + 0.09 + 1) / 3)
-    assert float(training_loss(TrainSettings(loss="l1"))(predicted, target)) == pytest.approx(1.35 / 3)
+    assert float(training_loss(WaterTrainParams())(predicted, target)) == pytest.approx((0.0025 + 0.09 + 1) / 3)
+    assert float(training_loss(WaterTrainParams(loss="l1"))(predicted, target)) == pytest.approx(1.35 / 3)
     # Huber, delta 0.1: 0.5 e^2 inside, delta (|e| - delta / 2) outside
     huber = (0.5 * 0.0025 + 0.1 * (0.3 - 0.05) + 0.1 * (1.0 - 0.05)) / 3
-    assert float(training_loss(TrainSettings(loss="huber"))(predicted, target)) == pytest.approx(huber)
+    assert float(training_loss(WaterTrainParams(loss="huber"))(predicted, target)) == pytest.approx(huber)
     with pytest.raises(ValueError, match="forecast-loss"):
-        TrainSettings(loss="mape")
+        WaterTrainParams(loss="mape")
     with pytest.raises(ValueError, match="forecast-huber-delta"):
-        TrainSettings(loss="huber", huber_delta=0)
+        WaterTrainParams(loss="huber", huber_delta=0)
 
 
 def test_weekday_inputs_and_robust_scaling_by_hand():
@@ -343,7 +343,7 @@ def test_a_water_task_scores_and_trains_with_its_loss_and_calendar_inputs():
 def test_global_scaling_fits_one_scaler_on_every_households_training_days():
     # lookback 2, train fraction 0.5: 4 complete windows each, 2 train; training days are 0..3 (target 3)
     low, high = household([10, 20, 30, 40, 50, 60], "a"), household([100, 200, 300, 400, 500, 600], "b")
-    config = WaterDataConfig(lookback=2, train_fraction=0.5, min_windows=2, scaling="global", active_factor=0.0,
+    config = WaterDataParams(lookback=2, train_fraction=0.5, min_windows=2, scaling="global", active_factor=0.0,
                              min_history_days=0)
     # pooled training days 10..40 and 100..400: min 10, range 390
     assert global_scaler([low, high], config) == (10.0, 390.0)
@@ -358,4 +358,4 @@ def test_global_scaling_fits_one_scaler_on_every_households_training_days():
     with pytest.raises(ValueError, match="one household"):
         WaterPool([low], pd.DataFrame({"household": ["a"]})).client(0, config)
     with pytest.raises(ValueError, match="scaling"):
-        WaterDataConfig(scaling="pooled")
+        WaterDataParams(scaling="pooled")

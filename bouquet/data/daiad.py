@@ -29,7 +29,7 @@ from bouquet.params import require
 
 __all__ = [
     "KNOWN_HEADERS",
-    "CleaningRules",
+    "CleaningParams",
     "DaiadFormatError",
     "clean_to_daily",
     "read_daiad",
@@ -51,7 +51,7 @@ class DaiadFormatError(ValueError):
 
 
 @dataclass(frozen=True)
-class CleaningRules:
+class CleaningParams:
     """Rules that separate consumption from meter artefacts.
 
     Parameters
@@ -212,7 +212,7 @@ def _parse_chunk(chunk: pd.DataFrame, path: Path, offset: int) -> pd.DataFrame:
 
 
 def clean_to_daily(
-    readings: pd.DataFrame, rules: CleaningRules = CleaningRules()
+    readings: pd.DataFrame, rules: CleaningParams = CleaningParams()
 ) -> tuple[dict[str, tuple[np.datetime64, np.ndarray]], pd.DataFrame]:
     """Turn meter readings into daily consumption per household.
 
@@ -235,7 +235,7 @@ def clean_to_daily(
     readings : pandas.DataFrame
         Output of :func:`read_daiad` (``household``, ``timestamp``, ``diff``).
         Not modified.
-    rules : CleaningRules
+    rules : CleaningParams
 
     Returns
     -------

@@ -43,7 +43,7 @@ import numpy as np
 
 from bouquet.params import require
 
-__all__ = ["GROUPINGS", "ImageData", "VisionDataConfig", "client_test_rows", "dirichlet_partition", "group_of",
+__all__ = ["GROUPINGS", "ImageData", "VisionDataParams", "client_test_rows", "dirichlet_partition", "group_of",
            "group_permutation", "grouped", "iid_partition", "load_images", "partition", "shard_partition"]
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
 
 
 @dataclass(frozen=True)
-class VisionDataConfig:
+class VisionDataParams:
     """Where the images come from, how they are split over clients, and the clients' known groups.
 
     Parameters
@@ -129,7 +129,7 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("BOUQUET_CACHE_DIR", Path.home() / ".cache" / "bouquet"))
 
 
-def load_images(config: VisionDataConfig) -> ImageData:
+def load_images(config: VisionDataParams) -> ImageData:
     """Load the configured dataset (see the module docstring)."""
     if config.dataset == "digits":
         return _digits(config.seed)
@@ -288,7 +288,7 @@ def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) 
     return [np.sort(part) for part in np.array_split(rng.permutation(num_samples), num_clients)]
 
 
-def partition(labels: np.ndarray, num_clients: int, config: VisionDataConfig) -> list[np.ndarray]:
+def partition(labels: np.ndarray, num_clients: int, config: VisionDataParams) -> list[np.ndarray]:
     """The configured partition of ``labels`` over ``num_clients`` (seeded by ``config.seed``)."""
     rng = np.random.default_rng([config.seed, num_clients])
     if config.partitioner == "shards":
@@ -299,7 +299,7 @@ def partition(labels: np.ndarray, num_clients: int, config: VisionDataConfig) ->
 
 
 # ----------------------------------------------------------- known groups
-def group_of(partition_id: int, config: VisionDataConfig) -> int | None:
+def group_of(partition_id: int, config: VisionDataParams) -> int | None:
     """Client ``partition_id``'s group (``partition_id % num_groups``), or None without groups."""
     return None if config.groups == "none" else partition_id % config.num_groups
 
@@ -312,7 +312,7 @@ def group_permutation(group: int, num_classes: int, seed: int) -> np.ndarray:
 
 
 def grouped(x: np.ndarray, y: np.ndarray, group: int | None, num_classes: int,
-            config: VisionDataConfig) -> tuple[np.ndarray, np.ndarray]:
+            config: VisionDataParams) -> tuple[np.ndarray, np.ndarray]:
     """Images and labels as a client of ``group`` sees them (unchanged without groups).
 
     ``rotate``: each image (N, C, H, W) turned by ``group`` quarter turns; ``permute``: labels mapped by
@@ -325,7 +325,7 @@ def grouped(x: np.ndarray, y: np.ndarray, group: int | None, num_classes: int,
     return x, group_permutation(group, num_classes, config.seed)[y]
 
 
-def client_test_rows(num_test: int, partition_id: int, config: VisionDataConfig) -> np.ndarray:
+def client_test_rows(num_test: int, partition_id: int, config: VisionDataParams) -> np.ndarray:
     """The test-set rows client ``partition_id`` evaluates on (``client_test_size`` of them, seeded)."""
     size = min(config.client_test_size, num_test)
     return np.sort(np.random.default_rng([config.seed, 3, partition_id]).choice(num_test, size=size, replace=False))

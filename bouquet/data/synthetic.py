@@ -35,8 +35,14 @@ import numpy as np
 
 from bouquet.params import require
 
-__all__ = ["ARCHETYPES", "HOUSEHOLD_TYPES", "SyntheticConfig", "SyntheticHousehold", "generate_household",
-           "generate_population"]
+__all__ = [
+    "ARCHETYPES",
+    "HOUSEHOLD_TYPES",
+    "SyntheticHousehold",
+    "SyntheticParams",
+    "generate_household",
+    "generate_population",
+]
 
 HOURS_PER_DAY = 24
 ARCHETYPES = ("vacant", "single", "couple", "family", "large", "non-residential")
@@ -55,7 +61,7 @@ _BUSINESS = np.array([0.1, 0.1, 0.1, 0.1, 0.1, 0.2, 0.6, 1.8, 2.6, 2.8, 2.8, 2.7
 
 
 @dataclass(frozen=True)
-class SyntheticConfig:
+class SyntheticParams:
     """Parameters of the synthetic population (defaults calibrated in docs/DATA.md).
 
     Parameters
@@ -139,7 +145,7 @@ class SyntheticHousehold:
         return self.hourly.reshape(-1, HOURS_PER_DAY).sum(axis=1)
 
 
-def _draw_profile(config: SyntheticConfig, rng: np.random.Generator) -> tuple[str, float]:
+def _draw_profile(config: SyntheticParams, rng: np.random.Generator) -> tuple[str, float]:
     u = rng.random()
     if u < config.vacant_share:
         return "vacant", float(rng.uniform(1.0, 15.0))
@@ -150,7 +156,7 @@ def _draw_profile(config: SyntheticConfig, rng: np.random.Generator) -> tuple[st
     return archetype, level
 
 
-def generate_household(index: int, config: SyntheticConfig = SyntheticConfig()) -> SyntheticHousehold:
+def generate_household(index: int, config: SyntheticParams = SyntheticParams()) -> SyntheticHousehold:
     """Generate household ``index`` of the population described by ``config``.
 
     Deterministic: the same (config, index) always gives the same series.
@@ -191,7 +197,7 @@ def generate_household(index: int, config: SyntheticConfig = SyntheticConfig()) 
     return SyntheticHousehold(f"syn-{index:04d}", archetype, first_day, hourly)
 
 
-def _metered(expected: np.ndarray, mean_draw: float, n_days: int, config: SyntheticConfig,
+def _metered(expected: np.ndarray, mean_draw: float, n_days: int, config: SyntheticParams,
              rng: np.random.Generator) -> np.ndarray:
     """Hourly litres from expected litres: compound Poisson draws, a possible leak, rare spikes, integer meter."""
     # compound Poisson draws: Poisson count per hour, Gamma(2) volume per draw
@@ -218,7 +224,7 @@ def _metered(expected: np.ndarray, mean_draw: float, n_days: int, config: Synthe
 _HOLIDAYS = np.array([1, 6, 121, 227, 285, 305, 340, 342, 359])
 
 
-def _typed_household(index: int, kind: str, config: SyntheticConfig) -> SyntheticHousehold:
+def _typed_household(index: int, kind: str, config: SyntheticParams) -> SyntheticHousehold:
     """Household ``index`` of type ``kind`` (the known-group benchmark; docs/DATA.md gives each rule).
 
     ``family``: an occupied flat as above (level lognormal, median 215 L/day, at least 150), weekday and
@@ -259,6 +265,6 @@ def _typed_household(index: int, kind: str, config: SyntheticConfig) -> Syntheti
     return SyntheticHousehold(f"syn-{index:04d}", kind, START_DAY, hourly)
 
 
-def generate_population(config: SyntheticConfig = SyntheticConfig()) -> list[SyntheticHousehold]:
+def generate_population(config: SyntheticParams = SyntheticParams()) -> list[SyntheticHousehold]:
     """Generate all ``config.n_households`` households (a few seconds for 1,099)."""
     return [generate_household(i, config) for i in range(config.n_households)]

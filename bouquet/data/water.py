@@ -24,15 +24,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bouquet.data.daiad import CleaningRules, clean_to_daily, read_daiad
-from bouquet.data.synthetic import SyntheticConfig, generate_population
+from bouquet.data.daiad import CleaningParams, clean_to_daily, read_daiad
+from bouquet.data.synthetic import SyntheticParams, generate_population
 from bouquet.params import require
 
 __all__ = [
     "ClientWindows",
     "HouseholdDaily",
     "InsufficientDataError",
-    "WaterDataConfig",
+    "WaterDataParams",
     "WaterPool",
     "build_pool",
     "fit_scaler",
@@ -48,12 +48,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 SCALERS = ("minmax", "zscore", "robust")
-#: Inputs besides the day's use in each look-back step (``WaterDataConfig.calendar``).
+#: Inputs besides the day's use in each look-back step (``WaterDataParams.calendar``).
 CALENDAR_INPUTS = ("none", "weekday")
-#: What each look-back step may carry about the household's own training days (``WaterDataConfig.household``).
+#: What each look-back step may carry about the household's own training days (``WaterDataParams.household``).
 HOUSEHOLD_INPUTS = ("none", "profile")
 SOURCES = ("synthetic", "daiad")
-#: Whose training days the scaler is fitted on (``WaterDataConfig.scaling``).
+#: Whose training days the scaler is fitted on (``WaterDataParams.scaling``).
 SCALINGS = ("household", "global")
 
 
@@ -85,7 +85,7 @@ class HouseholdDaily:
 
 
 @dataclass(frozen=True)
-class WaterDataConfig:
+class WaterDataParams:
     """Everything that determines the federated water pool.
 
     Parameters
@@ -94,11 +94,11 @@ class WaterDataConfig:
         ``synthetic`` needs no file; ``daiad`` reads ``path``.
     path : str
         DAIAD ``.csv`` or ``.zip`` (``source = "daiad"``).
-    synthetic : SyntheticConfig
+    synthetic : SyntheticParams
         The generator of ``source = "synthetic"``; its ``seed`` (``data-seed``) also orders a DAIAD pool:
         0 keeps the households in id order, another value shuffles which household is which partition id
         (a study's data seed on a fixed file).
-    cleaning : CleaningRules
+    cleaning : CleaningParams
     active_factor : float, default 1.6
         Keep households whose mean consumption is at least this multiple of
         the mean over all households (paper eq. 17: "exceeds the global
@@ -146,8 +146,8 @@ class WaterDataConfig:
 
     source: str = "synthetic"
     path: str = ""
-    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
-    cleaning: CleaningRules = field(default_factory=CleaningRules)
+    synthetic: SyntheticParams = field(default_factory=SyntheticParams)
+    cleaning: CleaningParams = field(default_factory=CleaningParams)
     active_factor: float = 1.6
     min_history_days: int = 730
     lookback: int = 12
@@ -221,7 +221,7 @@ class ClientWindows:
     ----------
     x_train, x_test : numpy.ndarray, shape (n, lookback, channels), float32
         Channel 0 is the scaled use of each look-back day; calendar inputs follow
-        (:attr:`WaterDataConfig.input_channels`).  With a validation split, ``x_train`` holds the fit
+        (:attr:`WaterDataParams.input_channels`).  With a validation split, ``x_train`` holds the fit
         windows only (the training windows before the validation ones).
     y_train, y_test : numpy.ndarray, shape (n,), float32
     test_days : numpy.ndarray of datetime64[D], shape (n_test,)
@@ -328,7 +328,7 @@ def fit_scaler(days: np.ndarray, scaler: str = "minmax") -> tuple[float, float]:
     return offset, scale if scale > 0 else 1.0
 
 
-def global_scaler(households: list[HouseholdDaily], config: WaterDataConfig) -> tuple[float, float]:
+def global_scaler(households: list[HouseholdDaily], config: WaterDataParams) -> tuple[float, float]:
     """The scaler of ``scaling = "global"``: fitted on every household's training days, pooled."""
     pieces = []
     for household in households:
@@ -435,7 +435,7 @@ class WaterPool:
         row = self.report[self.report["partition_id"] == partition_id]
         return "" if row.empty or pd.isna(row["group"].iloc[0]) else str(row["group"].iloc[0])
 
-    def client(self, partition_id: int, config: WaterDataConfig) -> ClientWindows:
+    def client(self, partition_id: int, config: WaterDataParams) -> ClientWindows:
         """Windows of pool member ``partition_id``."""
         if not 0 <= partition_id < len(self.households):
             raise IndexError(
@@ -452,14 +452,14 @@ class WaterPool:
                             config.scaler, config.min_windows, config.calendar, config.household, fit,
                             config.validation_fraction)
 
-    def _global_fit(self, config: WaterDataConfig) -> tuple[float, float]:
+    def _global_fit(self, config: WaterDataParams) -> tuple[float, float]:
         key = (config.scaler, config.lookback, config.train_fraction, config.validation_fraction)
         if key not in self.global_fits:
             self.global_fits[key] = global_scaler(self.households, config)
         return self.global_fits[key]
 
 
-def select_pool(households: list[HouseholdDaily], config: WaterDataConfig) -> WaterPool:
+def select_pool(households: list[HouseholdDaily], config: WaterDataParams) -> WaterPool:
     """Apply the active, history and window filters (paper Section 5).
 
     The active filter compares each household's mean hourly consumption
@@ -519,7 +519,7 @@ def select_pool(households: list[HouseholdDaily], config: WaterDataConfig) -> Wa
     return WaterPool(pool, report)
 
 
-def read_households(config: WaterDataConfig) -> tuple[list[HouseholdDaily], pd.DataFrame | None]:
+def read_households(config: WaterDataParams) -> tuple[list[HouseholdDaily], pd.DataFrame | None]:
     """Daily series of every household of the source, and the cleaning report (DAIAD only)."""
     if config.source == "synthetic":
         typed = bool(config.synthetic.types)
@@ -534,7 +534,7 @@ def read_households(config: WaterDataConfig) -> tuple[list[HouseholdDaily], pd.D
     return households, cleaning
 
 
-def build_pool(config: WaterDataConfig) -> WaterPool:
+def build_pool(config: WaterDataParams) -> WaterPool:
     """Read the source and select the pool (no cache)."""
     households, cleaning = read_households(config)
     pool = select_pool(households, config)
@@ -559,11 +559,11 @@ def forget_pools() -> None:
     _MEMORY.clear()
 
 
-def load_pool(config: WaterDataConfig, cache_dir: Path | None = None) -> WaterPool:
+def load_pool(config: WaterDataParams, cache_dir: Path | None = None) -> WaterPool:
     """The pool for ``config``, from memory, the disk cache, or built (then cached).
 
     The cache holds only the pool's daily series and the report (kilobytes),
-    keyed by :meth:`WaterDataConfig.cache_key`; it is written atomically so
+    keyed by :meth:`WaterDataParams.cache_key`; it is written atomically so
     that concurrent simulation workers can share it.
     """
     config.require_path()

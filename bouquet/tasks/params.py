@@ -1,7 +1,7 @@
 """Frozen params classes of the client tasks (no torch import: the app's config reads them).
 
-Water (the HK paper's LSTM): :class:`LSTMParams`, :class:`TrainSettings`, :class:`PerFedAvgSettings`.
-Vision (the SCKM paper's image classifiers): :class:`VisionModelParams`, :class:`VisionTrainSettings`,
+Water (the HK paper's LSTM): :class:`LSTMParams`, :class:`WaterTrainParams`, :class:`PerFedAvgParams`.
+Vision (the SCKM paper's image classifiers): :class:`VisionModelParams`, :class:`VisionTrainParams`,
 :class:`CentralEvalParams` (the server's test-set scoring).  The batch size is one run-config key for
 both tasks, so both classes take their default from :data:`DEFAULT_BATCH_SIZE`.
 """
@@ -13,10 +13,25 @@ from dataclasses import dataclass
 
 from bouquet.params import require
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEVICES", "EVALUATIONS", "FORECAST_BASELINES", "FORECAST_LOSSES",
-           "HOUSEHOLD_BLENDS", "MODELS", "PERFEDAVG_VARIANTS", "PERSONAL_LAYERS", "PROFILE_BASELINES",
-           "CentralEvalParams", "LSTMParams", "PerFedAvgSettings", "PersonalParams", "TrainSettings",
-           "VisionModelParams", "VisionTrainSettings"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEVICES",
+    "EVALUATIONS",
+    "FORECAST_BASELINES",
+    "FORECAST_LOSSES",
+    "HOUSEHOLD_BLENDS",
+    "MODELS",
+    "PERFEDAVG_VARIANTS",
+    "PERSONAL_LAYERS",
+    "PROFILE_BASELINES",
+    "CentralEvalParams",
+    "LSTMParams",
+    "PerFedAvgParams",
+    "PersonalParams",
+    "VisionModelParams",
+    "VisionTrainParams",
+    "WaterTrainParams",
+]
 
 #: Mini-batch size of local training (the HK paper's Table 3; the ``batch-size`` key of both tasks).
 DEFAULT_BATCH_SIZE = 32
@@ -32,7 +47,7 @@ PROFILE_BASELINES = ("weekday-mean", "household")
 HOUSEHOLD_BLENDS = (0.0, 0.5, 1.0)
 #: Layers a node keeps to itself (``personal-layers``): none, or the output layer.
 PERSONAL_LAYERS = ("none", "head")
-#: Training losses of the water forecaster (``TrainSettings.loss``); the paper's is ``mse``.
+#: Training losses of the water forecaster (``WaterTrainParams.loss``); the paper's is ``mse``.
 FORECAST_LOSSES = ("mse", "l1", "huber")
 #: Per-FedAvg's two variants: first-order and Hessian-free.
 PERFEDAVG_VARIANTS = ("fo", "hf")
@@ -71,7 +86,7 @@ class LSTMParams:
 
 
 @dataclass(frozen=True)
-class TrainSettings:
+class WaterTrainParams:
     """Local training of the water task (paper Table 3): E epochs of Adam on the household's windows.
 
     Parameters
@@ -161,7 +176,7 @@ class PersonalParams:
 
 
 @dataclass(frozen=True)
-class PerFedAvgSettings:
+class PerFedAvgParams:
     """Per-FedAvg hyper-parameters (Fallah, Mokhtari, Ozdaglar 2020).
 
     Parameters
@@ -223,7 +238,7 @@ class VisionModelParams:
 
 
 @dataclass(frozen=True)
-class VisionTrainSettings:
+class VisionTrainParams:
     """Local training of the vision task: ``local_batches`` SGD steps of ``batch_size`` at ``learning_rate``.
 
     Parameters

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from bouquet.tasks.params import PerFedAvgSettings
+from bouquet.tasks.params import PerFedAvgParams
 
-__all__ = ["PerFedAvgSettings", "perfedavg_step", "personalize", "train_perfedavg"]
+__all__ = ["PerFedAvgParams", "perfedavg_step", "personalize", "train_perfedavg"]
 
 Loss = Callable[[nn.Module, tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -44,7 +44,7 @@ def _set(model: nn.Module, values: list[torch.Tensor]) -> None:
 
 
 def perfedavg_step(model: nn.Module, loss_fn: Loss, batches: tuple[Batch, Batch, Batch],
-                   settings: PerFedAvgSettings, optimizer: torch.optim.Optimizer | None = None) -> None:
+                   settings: PerFedAvgParams, optimizer: torch.optim.Optimizer | None = None) -> None:
     """One Per-FedAvg local iteration on ``(D, D', D'')``, in place.
 
     ``optimizer`` (over ``model``'s parameters) takes the meta step from ``w`` with the meta gradient as
@@ -85,7 +85,7 @@ def mse_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
 
 
 def train_perfedavg(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int, batch_size: int,
-                    settings: PerFedAvgSettings, rng: np.random.Generator, loss_fn: Loss = mse_loss) -> float:
+                    settings: PerFedAvgParams, rng: np.random.Generator, loss_fn: Loss = mse_loss) -> float:
     """``epochs`` passes of Per-FedAvg iterations (each consumes three batches); returns the loss on all of
     ``(x, y)`` after them.  The meta step is plain (``settings.meta_optimizer = "sgd"``) or Adam's, with a
     fresh Adam each call."""

@@ -54,7 +54,7 @@ from torch import nn
 from bouquet.algorithms.sckm import sketch_indices
 from bouquet.data.images import (
     ImageData,
-    VisionDataConfig,
+    VisionDataParams,
     client_test_rows,
     group_of,
     grouped,
@@ -62,7 +62,7 @@ from bouquet.data.images import (
     partition,
 )
 from bouquet.tasks.base import batch_indices, proximal_penalty
-from bouquet.tasks.params import MODELS, VisionModelParams, VisionTrainSettings
+from bouquet.tasks.params import MODELS, VisionModelParams, VisionTrainParams
 
 __all__ = [
     "MODELS",
@@ -70,7 +70,7 @@ __all__ = [
     "GroupNormCNN",
     "SmallCNN",
     "VisionTask",
-    "VisionTrainSettings",
+    "VisionTrainParams",
     "accuracy",
     "batch_at",
     "batch_indices",
@@ -221,7 +221,7 @@ def batch_at(x: np.ndarray, y: np.ndarray, batch_size: int,
     return to_tensor(x[pick]), torch.from_numpy(y[pick])
 
 
-def train_batches(model: nn.Module, x: np.ndarray, y: np.ndarray, settings: VisionTrainSettings,
+def train_batches(model: nn.Module, x: np.ndarray, y: np.ndarray, settings: VisionTrainParams,
                   rng: np.random.Generator,
                   penalty: Callable[[nn.Module], torch.Tensor] | None = None) -> float:
     """``local_batches`` SGD steps on random mini-batches; returns the mean training loss.
@@ -289,7 +289,7 @@ def gradient_sketch(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], 
 
 
 @functools.lru_cache(maxsize=2)
-def partitioned_images(data: VisionDataConfig, num_partitions: int) -> tuple[ImageData, list[np.ndarray]]:
+def partitioned_images(data: VisionDataParams, num_partitions: int) -> tuple[ImageData, list[np.ndarray]]:
     """The decoded images and their client partition, once per worker process and run.
 
     A simulation worker serves many partitions in turn; re-reading the decoded image cache for each
@@ -313,7 +313,7 @@ class NodeImages:
 
 
 @functools.lru_cache(maxsize=8)
-def node_shard(data: VisionDataConfig, partition_id: int, num_partitions: int) -> NodeImages:
+def node_shard(data: VisionDataParams, partition_id: int, num_partitions: int) -> NodeImages:
     """Client ``partition_id`` of ``num_partitions``: its shard, its test subset, its known group.
 
     With ``data.groups`` set, the images (rotate) or labels (permute) are those of the client's group
@@ -343,11 +343,11 @@ class VisionTask:
     partition_id: int
     images: NodeImages
     model: VisionModelParams
-    training: VisionTrainSettings
+    training: VisionTrainParams
     household: str = ""
 
     @classmethod
-    def for_node(cls, data: VisionDataConfig, model: VisionModelParams, training: VisionTrainSettings,
+    def for_node(cls, data: VisionDataParams, model: VisionModelParams, training: VisionTrainParams,
                  partition_id: int, num_partitions: int) -> VisionTask:
         return cls(partition_id, node_shard(data, partition_id, num_partitions), model, training)
 

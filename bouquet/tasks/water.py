@@ -16,14 +16,30 @@ import numpy as np
 import torch
 from torch import nn
 
-from bouquet.data.water import ClientWindows, WaterDataConfig, load_pool, weekday_of, weekday_profile
+from bouquet.data.water import ClientWindows, WaterDataParams, load_pool, weekday_of, weekday_profile
 from bouquet.tasks.base import Penalty, batch_indices, proximal_penalty
-from bouquet.tasks.params import HOUSEHOLD_BLENDS, LSTMParams, PerFedAvgSettings, PersonalParams, TrainSettings
+from bouquet.tasks.params import HOUSEHOLD_BLENDS, LSTMParams, PerFedAvgParams, PersonalParams, WaterTrainParams
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
 
-__all__ = ["NAIVE_FORECASTS", "LSTMForecaster", "TrainSettings", "WaterTask", "choose_blend", "evaluate_windows",
-           "household_blend", "naive_errors", "naive_forecasts", "naive_litres", "naive_metric", "node_windows",
-           "predict", "proximal_penalty", "split_windows", "train_windows", "training_loss"]
+__all__ = [
+    "NAIVE_FORECASTS",
+    "LSTMForecaster",
+    "WaterTask",
+    "WaterTrainParams",
+    "choose_blend",
+    "evaluate_windows",
+    "household_blend",
+    "naive_errors",
+    "naive_forecasts",
+    "naive_litres",
+    "naive_metric",
+    "node_windows",
+    "predict",
+    "proximal_penalty",
+    "split_windows",
+    "train_windows",
+    "training_loss",
+]
 
 
 class LSTMForecaster(nn.Module):
@@ -55,7 +71,7 @@ class LSTMForecaster(nn.Module):
     @classmethod
     def from_params(cls, params: LSTMParams, input_size: int = 1) -> LSTMForecaster:
         """The forecaster ``params`` describe, over windows of ``input_size`` channels
-        (:attr:`bouquet.data.water.WaterDataConfig.input_channels`)."""
+        (:attr:`bouquet.data.water.WaterDataParams.input_channels`)."""
         return cls(params.hidden_size, params.num_layers, params.baseline, input_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -94,7 +110,7 @@ def household_blend(x: np.ndarray, y: np.ndarray) -> float:
     return choose_blend(np.median(x[:, :, 0], axis=1), x[:, -1, -1], y)
 
 
-def training_loss(settings: TrainSettings) -> nn.Module:
+def training_loss(settings: WaterTrainParams) -> nn.Module:
     """The loss ``settings.loss`` names (``forecast-loss``), on scaled targets."""
     if settings.loss == "l1":
         return nn.L1Loss()
@@ -115,7 +131,7 @@ def split_windows(windows: ClientWindows, part: str) -> tuple[np.ndarray, np.nda
     return windows.x_val, windows.y_val
 
 
-def train_windows(model: nn.Module, windows: ClientWindows, settings: TrainSettings,
+def train_windows(model: nn.Module, windows: ClientWindows, settings: WaterTrainParams,
                   rng: np.random.Generator, penalty: Penalty | None = None) -> float:
     """Run ``settings.epochs`` epochs of Adam on the training windows, in place, minimising ``settings.loss``.
 
@@ -246,7 +262,7 @@ def naive_metric(name: str, part: str = "test") -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def node_windows(data: WaterDataConfig, partition_id: int,
+def node_windows(data: WaterDataParams, partition_id: int,
                  data_path: str | None) -> tuple[str, ClientWindows, str]:
     """Household id, windows and known group (household type, or "") of a node: ``partition_id`` of the
     pool, or the node's own file.
@@ -279,14 +295,14 @@ class WaterTask:
     household: str
     windows: ClientWindows
     model: LSTMParams
-    training: TrainSettings
-    perfedavg: PerFedAvgSettings | None = None
+    training: WaterTrainParams
+    perfedavg: PerFedAvgParams | None = None
     group: str = ""
     personal: PersonalParams = dataclasses.field(default_factory=PersonalParams)
 
     @classmethod
-    def for_node(cls, data: WaterDataConfig, model: LSTMParams, training: TrainSettings,
-                 perfedavg: PerFedAvgSettings | None, partition_id: int, data_path: str | None,
+    def for_node(cls, data: WaterDataParams, model: LSTMParams, training: WaterTrainParams,
+                 perfedavg: PerFedAvgParams | None, partition_id: int, data_path: str | None,
                  personal: PersonalParams | None = None) -> WaterTask:
         household, windows, group = node_windows(data, partition_id, data_path)
         return cls(partition_id, household, windows, model, training, perfedavg, group,
