@@ -238,6 +238,10 @@ APP_CLIENTS_PER_ROUND = 50
 APP_PROXIMAL_MU = 0.01
 _APP_DEFAULTS = {("sampling", ("clients_per_round",)): APP_CLIENTS_PER_ROUND,
                  ("proximal", ("mu",)): APP_PROXIMAL_MU}
+#: The app's values of fields that no key sets: it asks each node for its identity (its ClientApp answers)
+#: and waits for nodes one at a time (Flower's floors of 2 are for apps whose nodes cannot be told apart).
+_APP_FIXED: dict[str, dict[str, Any]] = {
+    "sampling": {"min_evaluate_nodes": 1, "min_available_nodes": 1, "identify_nodes": True}}
 
 
 def _section_keys(section: _Section) -> Iterator[Key]:
@@ -331,7 +335,8 @@ class AppConfig:
 
     run: RunParams = field(default_factory=RunParams)
     transport: TransportParams = field(default_factory=TransportParams)
-    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(clients_per_round=APP_CLIENTS_PER_ROUND))
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(clients_per_round=APP_CLIENTS_PER_ROUND,
+                                                                            **_APP_FIXED["sampling"]))
     selection: SelectionParams = field(default_factory=SelectionParams)
     hk: HKParams | None = field(default_factory=HKParams)
     coalitions: CoalitionParams = field(default_factory=CoalitionParams)
@@ -532,7 +537,7 @@ class AppConfig:
                 continue
             if section.name == family.geometry_section:
                 kwargs = {**kwargs, "geometry": spec.variant}
-            sections[section.name] = cls._section(section.name, kwargs)
+            sections[section.name] = cls._section(section.name, {**_APP_FIXED.get(section.name, {}), **kwargs})
         try:
             return cls(**sections, inactive=tuple(inactive))
         except ParamError as error:

@@ -59,11 +59,9 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
     recorded, ``trajectories/round-NNN.npz``.  ``cluster_models`` are IFCA's K initial models (default:
     the initial model perturbed K times); ``hooks`` follow the recording ones (central evaluation, checkpoints).
     """
-    # the vision task scores the global model centrally unless its clients evaluate; every node of the app
-    # is waited for one at a time
+    # the vision task scores the global model centrally unless its clients evaluate
     central_only = config.run.task == "vision" and config.central.mode == "central"
-    sampling = dataclasses.replace(config.sampling, min_evaluate_nodes=1, min_available_nodes=1, identify_nodes=True,
-                                   fraction_evaluate=0.0 if central_only else config.sampling.fraction_evaluate)
+    sampling = dataclasses.replace(config.sampling, fraction_evaluate=0.0) if central_only else config.sampling
     by_updates = config.selection.sketch_source == "local-update"  # every candidate trains; selection filters
     family = config.family
     if family.sampler is not None:

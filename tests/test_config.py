@@ -183,3 +183,11 @@ def test_deprecated_hk_keys_of_what_hk_and_fixed_k_share_still_work_with_a_warni
         AppConfig.from_run_config({"coalition-min-fraction": 0.5, "hk-min-coalition-fraction": 0.25})
     with pytest.raises(ConfigError, match="'coalition-barycenter-weighting'"):
         AppConfig.from_run_config({"hk-barycenter-weighting": "most"})
+
+
+def test_the_apps_sampling_asks_identities_and_waits_for_nodes_one_at_a_time():
+    """Fields no key sets have the app's values in the config itself, not in the ServerApp."""
+    for config in (AppConfig(), AppConfig.from_run_config({"clients-per-round": 7})):
+        s = config.sampling
+        assert (s.identify_nodes, s.min_evaluate_nodes, s.min_available_nodes, s.min_train_nodes) == (True, 1, 1, 2)
+    assert AppConfig() == AppConfig.from_run_config({})

@@ -105,3 +105,14 @@ def test_no_family_name_is_compared_outside_the_registry():
     hits = [hit for path in sorted(PACKAGE.rglob("*.py")) if path not in exempt for hit in _family_comparisons(path)]
     assert hits == []
     assert _family_comparisons(PACKAGE / "families.py"), "the scan finds the registry's own comparisons"
+
+
+def test_the_strategies_package_names_each_lazy_export_for_readers():
+    """``bouquet.strategies`` loads its names on first use (reading a config loads no flwr), and lists each
+    under TYPE_CHECKING, from the module it loads it from, so that editors and readers find the definition."""
+    import bouquet.strategies as package
+
+    tree = ast.parse((PACKAGE / "strategies" / "__init__.py").read_text())
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    typed = {alias.name: node.module.rsplit(".", 1)[1] for node in block.body for alias in node.names}
+    assert typed == package._EXPORTS and sorted(package.__all__) == sorted(package._EXPORTS)
