@@ -7,17 +7,20 @@ layers winning (:func:`layered_run_config`), plus the seed and its results
 folder.  A profile may start from another (``extends = "<profile>"``) and may
 hold a table per study (``[cluster]``) that applies to that study only
 (:func:`load_profile`); keys ending in ``-path`` are relative to the project
-root.  The HK and SCKM runners in ``scripts/`` layer the same way.  :func:`run_jobs` runs
+root.  :func:`study_parser`, :func:`arm_names` and :func:`require_data_files` are what every study's command
+line shares.  :func:`run_jobs` runs
 the jobs against one private SuperLink on 127.0.0.1, skips jobs whose folder
 already holds ``summary.json``, resumes an interrupted one from its last
 checkpoint (``resume-from``; the same numbers as an uninterrupted run) or, when
 it has none that fits, starts it again, keeps every run's log and config next
-to its folder, and prints progress.  The HK and SCKM
-runners in ``scripts/`` are thin front ends.
+to its folder, and prints progress.  The study runners in ``scripts/`` (``run_*_experiments.py``,
+``run_forecaster_study.py``) are thin front ends: each says which layers its runs merge and how its progress
+line reads a summary.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import time
 import tomllib
@@ -30,8 +33,9 @@ from bouquet.launch import failed_runs, federation_config, pool_size, run_ids, r
 from bouquet.processes import check_ray_address
 from bouquet.results import RunFolder
 
-__all__ = ["Job", "layered_run_config", "load_layer", "load_profile", "naive_client_errors", "naive_client_forecasts",
-           "prepare_image_caches", "resume_point", "run_jobs", "toml_value"]
+__all__ = ["Job", "arm_names", "layered_run_config", "load_layer", "load_profile", "naive_client_errors",
+           "naive_client_forecasts", "prepare_image_caches", "require_data_files", "resume_point", "run_jobs",
+           "study_parser", "toml_value"]
 
 
 def load_layer(root: Path, kind: str, name: str) -> dict[str, Any]:
@@ -41,6 +45,41 @@ def load_layer(root: Path, kind: str, name: str) -> dict[str, Any]:
         known = sorted(p.stem for p in (root / kind).glob("*.toml"))
         raise SystemExit(f"unknown {kind.removesuffix('s')} {name!r}; known: {', '.join(known)}")
     return tomllib.loads(path.read_text())
+
+
+def study_parser(description: str | None, experiments: Path, data: str, profile: str, out: str
+                 ) -> argparse.ArgumentParser:
+    """The command line every study shares: ``--data``, ``--profile``, ``--arms``, ``--seeds``, ``--out`` and
+    ``--ray-address`` (a study adds its own arguments to it)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = experiments.relative_to(experiments.parents[1]).as_posix()
+    parser.add_argument("--data", default=data, help=f"{where}/data/<name>.toml")
+    parser.add_argument("--profile", default=profile, help=f"{where}/profiles/<name>.toml")
+    parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all'")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", default=out)
+    parser.add_argument("--ray-address", default=None,
+                        help="run the simulations on this existing Ray cluster (head:port) instead of a private Ray")
+    return parser
+
+
+def arm_names(experiments: Path, arms: str, every: Sequence[str] | None = None) -> list[str]:
+    """The arms ``--arms`` names (``all``: ``every``, else every ``arms/*.toml``), each checked to exist."""
+    if arms == "all":
+        names = list(every) if every is not None else sorted(p.stem for p in (experiments / "arms").glob("*.toml"))
+    else:
+        names = arms.split(",")
+    for name in names:
+        load_layer(experiments, "arms", name)
+    return names
+
+
+def require_data_files(run_config: Mapping[str, Any]) -> None:
+    """Stop with a clear message when a data file the run config names (``data-path``, ``vision-data-path``)
+    does not exist."""
+    for key in ("data-path", "vision-data-path"):
+        if run_config.get(key) and not Path(run_config[key]).exists():
+            raise SystemExit(f"data file not found ({key}): {run_config[key]}")
 
 
 def load_profile(root: Path, name: str, study: str | None = None, studies: Sequence[str] = (),

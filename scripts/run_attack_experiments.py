@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from bouquet.algorithms.attacks import ATTACKS
-from bouquet.experiments import Job, layered_run_config, load_layer, pop_supernodes, run_jobs
+from bouquet.experiments import Job, arm_names, layered_run_config, pop_supernodes, run_jobs, study_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments" / "attacks"
@@ -51,25 +51,15 @@ def describe(summary: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="digits", help="experiments/attacks/data/<name>.toml")
-    parser.add_argument("--profile", default="quick", help="experiments/attacks/profiles/<name>.toml")
-    parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all'")
+    parser = study_parser(__doc__, EXPERIMENTS, data="digits", profile="quick", out="results/attacks")
     parser.add_argument("--attacks", default="sign-flip,scale,alie", help="comma-separated attacks")
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", default="results/attacks")
-    parser.add_argument("--ray-address", default=None,
-                        help="run the simulations on this existing Ray cluster (head:port) instead of a private Ray")
     return parser
 
 
 def plan(args: argparse.Namespace) -> list[Job]:
     """Every run of the study, in order (arm, then condition, then seed); each no-attack run once."""
-    arms = sorted(p.stem for p in (EXPERIMENTS / "arms").glob("*.toml")) if args.arms == "all" \
-        else args.arms.split(",")
-    for arm in arms:
-        load_layer(EXPERIMENTS, "arms", arm)
+    arms = arm_names(EXPERIMENTS, args.arms)
     attacks = args.attacks.split(",")
     bad = [a for a in attacks if a not in ATTACKS or a == "none"]
     if bad:

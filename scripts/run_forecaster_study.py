@@ -30,7 +30,6 @@ Results: ``<out>/<data>-<profile>/<arm>/<candidate>/seed-<k>/`` run folders and 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
@@ -42,7 +41,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bouquet.experiments import Job, layered_run_config, load_layer, run_jobs
+from bouquet.experiments import (
+    Job,
+    arm_names,
+    layered_run_config,
+    load_layer,
+    require_data_files,
+    run_jobs,
+    study_parser,
+)
 from bouquet.launch import pool_size, toml_value
 from bouquet.results import RunFolder, markdown_table
 from bouquet.tuning import Candidate, choose_on_validation, expand_grid, paired_interval, sample_std
@@ -237,17 +244,12 @@ def _train_pooled(model: Any, x: np.ndarray, y: np.ndarray, blends: np.ndarray, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = study_parser(__doc__, ROOT / "experiments" / "<study>", data="daiad", profile="study", out=None)
     parser.add_argument("--study", default="forecaster", help="experiments/<study>/ (forecaster, hk-paper)")
-    parser.add_argument("--data", default="daiad", help="experiments/<study>/data/<name>.toml")
-    parser.add_argument("--profile", default="study", help="experiments/<study>/profiles/<name>.toml")
-    parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all'")
     parser.add_argument("--tune-seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.set_defaults(seeds=[0, 1, 2, 3, 4])
     parser.add_argument("--reference", default=list(REFERENCE_ARMS), nargs="+",
                         help="the arms every other arm is paired with (default: fedavg local)")
-    parser.add_argument("--out", default=None, help="default: results/<study>")
-    parser.add_argument("--ray-address", default=None, help="run the simulations on this existing Ray cluster")
     parser.add_argument("--pooled", action="store_true", help="also the pooled reference (in-process, no Flower)")
     parser.add_argument("--pooled-epochs", type=int, nargs="+", default=[2, 5, 10])
     parser.add_argument("--tune-only", action="store_true", help="stop after the choice (no test numbers)")
@@ -260,11 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     experiments = ROOT / "experiments" / args.study
     if not experiments.is_dir():
         raise SystemExit(f"unknown study {args.study!r}: no folder {experiments}")
-    arms = sorted(p.stem for p in (experiments / "arms").glob("*.toml")) if args.arms == "all" \
-        else args.arms.split(",")
+    arms = arm_names(experiments, args.arms)
     base = base_config(experiments, args.data, args.profile)
-    if base.get("data-source") == "daiad" and not Path(base["data-path"]).exists():
-        raise SystemExit(f"DAIAD data file not found: {base['data-path']}")
+    require_data_files(base)
     out = Path(args.out or f"results/{args.study}").resolve() / f"{args.data}-{args.profile}"
     out.mkdir(parents=True, exist_ok=True)
     baseline = None

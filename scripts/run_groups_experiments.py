@@ -21,7 +21,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from bouquet.experiments import Job, layered_run_config, load_layer, pop_supernodes, run_jobs
+from bouquet.experiments import (
+    Job,
+    arm_names,
+    layered_run_config,
+    pop_supernodes,
+    require_data_files,
+    run_jobs,
+    study_parser,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments" / "groups"
@@ -43,28 +51,14 @@ def describe(summary: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="digits-rotate", help="experiments/groups/data/<name>.toml")
-    parser.add_argument("--profile", default="quick", help="experiments/groups/profiles/<name>.toml")
-    parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all'")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", default="results/groups")
-    parser.add_argument("--ray-address", default=None,
-                        help="run the simulations on this existing Ray cluster (head:port) instead of a private Ray")
-    return parser
+    return study_parser(__doc__, EXPERIMENTS, data="digits-rotate", profile="quick", out="results/groups")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    arms = sorted(p.stem for p in (EXPERIMENTS / "arms").glob("*.toml")) if args.arms == "all" \
-        else args.arms.split(",")
-    for arm in arms:
-        load_layer(EXPERIMENTS, "arms", arm)
+    arms = arm_names(EXPERIMENTS, args.arms)
     base = Path(args.out).resolve() / f"{args.data}-{args.profile}"
-    first = layered_run_config(EXPERIMENTS, [("data", args.data)], ROOT)
-    for key in ("data-path", "vision-data-path"):
-        if first.get(key) and not Path(first[key]).exists():
-            raise SystemExit(f"data file not found ({key}): {first[key]}")
+    require_data_files(layered_run_config(EXPERIMENTS, [("data", args.data)], ROOT))
     jobs = [job(args.data, args.profile, arm, seed, base) for arm in arms for seed in args.seeds]
     print(f"{args.data}: {len(arms)} arms x {len(args.seeds)} seeds; {jobs[0].supernodes} SuperNodes; "
           f"results in {base}", flush=True)

@@ -17,11 +17,19 @@ version).  Figures and tables: ``scripts/hk_figures.py``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from bouquet.experiments import Job, layered_run_config, load_layer, run_jobs, toml_value
+from bouquet.experiments import (
+    Job,
+    arm_names,
+    layered_run_config,
+    load_layer,
+    require_data_files,
+    run_jobs,
+    study_parser,
+    toml_value,
+)
 from bouquet.launch import pool_size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,30 +43,18 @@ def run_config(data: str, profile: str, arm: str, seed: int, forecaster: str = "
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="daiad", help="experiments/hk/data/<name>.toml")
-    parser.add_argument("--profile", default="quick", help="experiments/hk/profiles/<name>.toml")
-    parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all'")
+    parser = study_parser(__doc__, EXPERIMENTS, data="daiad", profile="quick", out="results/hk")
     parser.add_argument("--forecaster", default="paper", help="experiments/hk/forecasters/<name>.toml")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", default="results/hk")
-    parser.add_argument("--ray-address", default=None,
-                        help="run the simulations on this existing Ray cluster (head:port) instead of a private Ray")
     parser.add_argument("--supernodes", type=int, default=None,
                         help="SuperNodes (the first N households of the pool); default: the whole pool")
     args = parser.parse_args(argv)
 
-    arms = sorted(p.stem for p in (EXPERIMENTS / "arms").glob("*.toml")) if args.arms == "all" \
-        else args.arms.split(",")
-    for arm in arms:
-        load_layer(EXPERIMENTS, "arms", arm)
+    arms = arm_names(EXPERIMENTS, args.arms)
     load_layer(EXPERIMENTS, "forecasters", args.forecaster)
     suffix = "" if args.forecaster == "paper" else f"-{args.forecaster}"
     base = Path(args.out).resolve() / f"{args.data}-{args.profile}{suffix}"
     data_layer = run_config(args.data, args.profile, arms[0], 0, args.forecaster)
-    data_path = data_layer.get("data-path")
-    if data_layer.get("data-source") == "daiad" and not Path(data_path).exists():
-        raise SystemExit(f"DAIAD data file not found: {data_path}")
+    require_data_files(data_layer)
     overrides = " ".join(f"{k}={toml_value(v)}" for k, v in data_layer.items() if k not in ("seed", "strategy"))
     supernodes = pool_size(ROOT, overrides) if args.supernodes is None else args.supernodes
     jobs = [Job(f"{arm} seed {seed}", run_config(args.data, args.profile, arm, seed, args.forecaster),

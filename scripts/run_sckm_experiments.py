@@ -36,7 +36,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bouquet.experiments import Job, layered_run_config, run_jobs
+from bouquet.experiments import Job, arm_names, layered_run_config, require_data_files, run_jobs, study_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments" / "sckm"
@@ -62,16 +62,9 @@ def job(data: str, profile: str, setting: str, arm: str, seed: int, base: Path, 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line (also checked by the one-command reproduction's tests)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = study_parser(__doc__, EXPERIMENTS, data="cifar10", profile="cpu", out="results/sckm")
     parser.add_argument("--study", choices=sorted(STUDIES), default="select")
-    parser.add_argument("--data", default="cifar10", help="experiments/sckm/data/<name>.toml")
-    parser.add_argument("--profile", default="cpu", help="experiments/sckm/profiles/<name>.toml")
     parser.add_argument("--settings", default="all", help="comma-separated setting names, or 'all' (the study's)")
-    parser.add_argument("--arms", default="all", help="comma-separated arm names, or 'all' (the study's)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", default="results/sckm")
-    parser.add_argument("--ray-address", default=None,
-                        help="run the simulations on this existing Ray cluster (head:port) instead of a private Ray")
     parser.add_argument("--gpus-per-client", type=float, default=0.0,
                         help="GPUs each simulated client holds (a profile with vision-device = \"cuda\", e.g. full)")
     return parser
@@ -82,13 +75,11 @@ def main(argv: list[str] | None = None) -> int:
 
     study = STUDIES[args.study]
     settings = study["settings"] if args.settings == "all" else args.settings.split(",")
-    arms = study["arms"] if args.arms == "all" else args.arms.split(",")
+    arms = arm_names(EXPERIMENTS, args.arms, study["arms"])
     base = Path(args.out).resolve() / f"{args.study}-{args.data}-{args.profile}"
     jobs = [job(args.data, args.profile, setting, arm, seed, base, args.study)
             for setting in settings for arm in arms for seed in args.seeds]
-    path = jobs[0].run_config.get("vision-data-path")
-    if path and not Path(path).exists():
-        raise SystemExit(f"image data not found: {path}")
+    require_data_files(jobs[0].run_config)
     print(f"{args.study}: {len(settings)} settings x {len(arms)} arms x {len(args.seeds)} seeds; results in {base}",
           flush=True)
 
