@@ -5,9 +5,10 @@ import json
 import pandas as pd
 import pytest
 
+from bouquet.analysis import attack_figures
 from tests.script_loader import ROOT, script
 
-RUNNER, FIGURES = "run_attack_experiments", "attack_figures"
+RUNNER = "run_attack_experiments"
 
 
 def _plan(*args):
@@ -56,7 +57,7 @@ def test_every_arm_and_attack_resolves_to_a_valid_app_config():
 @pytest.mark.tier2  # second tier: the study runner is first-tier in test_sckm_experiments.py
 @pytest.mark.e2e
 def test_smoke_study_writes_the_table_and_figures_and_resumes(tmp_path, capsys, ray_head):
-    runner, figures = script(RUNNER), script(FIGURES)
+    runner, figures = script(RUNNER), attack_figures
     args = ["--data", "digits", "--profile", "smoke", "--arms", "krum", "--attacks", "sign-flip",
             "--fractions", "0", "0.2", "--seeds", "0", "--out", str(tmp_path), "--ray-address", ray_head.address]
     assert runner.main(args) == 0

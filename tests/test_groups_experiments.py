@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bouquet.analysis import groups_figures
 from tests.script_loader import ROOT, script
 
-RUNNER, FIGURES = "run_groups_experiments", "groups_figures"
+RUNNER = "run_groups_experiments"
 #: Arms that fine-tune on the node, which only the water task implements (a clear error on images).
 WATER_ONLY_ARMS = {"fedavg-finetune"}
 
@@ -16,7 +17,7 @@ WATER_ONLY_ARMS = {"fedavg-finetune"}
 @pytest.mark.tier2  # second tier: the study runner is first-tier in test_sckm_experiments.py; rotated digits in test_e2e_clustered.py
 @pytest.mark.e2e
 def test_smoke_run_on_rotated_digits_writes_every_figure_and_resumes(tmp_path, capsys, ray_head):
-    runner, figures = script(RUNNER), script(FIGURES)
+    runner, figures = script(RUNNER), groups_figures
     args = ["--data", "digits-rotate", "--profile", "smoke", "--arms", "fedavg,ifca", "--seeds", "0",
             "--out", str(tmp_path), "--ray-address", ray_head.address]
     assert runner.main(args) == 0
@@ -77,7 +78,7 @@ def test_unknown_arm_and_missing_data_file_are_clear_errors(tmp_path, monkeypatc
 
 
 def test_ari_target_round_is_the_first_from_which_every_seed_stays_above():
-    first = script(FIGURES).first_round_at
+    first = groups_figures.first_round_at
     curves = pd.DataFrame({"round": [1, 2, 3, 4, 1, 2, 3, 4], "ari": [0.2, 0.95, 0.5, 1.0, 0.1, 0.9, 0.92, 0.91]})
     assert first(curves, 0.9) == 4  # seed 0 dips at round 3
     assert first(curves, 0.05) == 1
@@ -85,7 +86,7 @@ def test_ari_target_round_is_the_first_from_which_every_seed_stays_above():
 
 
 def test_coalition_stability_between_consecutive_rounds(tmp_path):
-    figures = script(FIGURES)
+    figures = groups_figures
     run = tmp_path / "hk" / "seed-0"
     run.mkdir(parents=True)
     (run / "summary.json").write_text("{}")
@@ -114,7 +115,7 @@ def test_group_cosines_split_pairs_within_and_between_groups():
 def test_client_errors_of_data_without_groups(tmp_path):
     from bouquet.results import RunFolder
 
-    figures = script(FIGURES)
+    figures = groups_figures
     run = tmp_path / "fedavg" / "seed-0"
     run.mkdir(parents=True)
     (run / "summary.json").write_text("{}")
@@ -128,7 +129,7 @@ def test_client_errors_of_data_without_groups(tmp_path):
 def test_errors_at_rounds_and_the_choice_on_validation_are_computed_by_hand(tmp_path):
     from bouquet.results import RunFolder
 
-    figures = script(FIGURES)
+    figures = groups_figures
     errors = pd.DataFrame({"arm": ["a"] * 4 + ["b"] * 4, "seed": ["seed-0", "seed-0", "seed-1", "seed-1"] * 2,
                            "round": [1, 2, 1, 2] * 2, "error": [10.0, 6.0, 20.0, 8.0, 12.0, 4.0, 22.0, 2.0]})
     records = pd.DataFrame({"arm": ["a", "a", "b", "b"], "seed": ["seed-0", "seed-1"] * 2, "round": [2] * 4,

@@ -6,6 +6,7 @@ import json
 import pandas as pd
 import pytest
 
+from bouquet.analysis import hk_figures
 from tests.script_loader import script
 
 pytestmark = pytest.mark.e2e
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.mark.tier2  # second tier: the study runner is first-tier in test_sckm_experiments.py
 def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray_head):
-    runner, figures = script("run_hk_experiments"), script("hk_figures")
+    runner, figures = script("run_hk_experiments"), hk_figures
     args = ["--data", "synthetic", "--profile", "smoke", "--arms", "fedavg,hk-cosine-0.75", "--seeds", "0",
             "--supernodes", "4", "--out", str(tmp_path), "--ray-address", ray_head.address]
     assert runner.main(args) == 0
@@ -63,7 +64,7 @@ def test_unknown_arm_is_a_clear_error(tmp_path):
 def test_per_round_is_empty_when_no_run_records_the_column():
     # a study without coalition arms (FedProx and Per-FedAvg only) still gets its figures
 
-    figures = script("hk_figures")
+    figures = hk_figures
     rounds = pd.DataFrame({"arm": ["fedprox", "fedprox"], "round": [1, 2], "phase": ["train", "train"],
                            "train-loss": [0.5, 0.4]})
     assert figures.per_round(rounds, "coalitions", "train").empty

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bouquet.analysis import sckm_figures
 from bouquet.config import AppConfig
 from tests.script_loader import script
 
@@ -17,7 +18,7 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray
 
     from bouquet import client_app
 
-    runner, figures = script("run_sckm_experiments"), script("sckm_figures")
+    runner, figures = script("run_sckm_experiments"), sckm_figures
     args = ["--study", "select", "--data", "digits", "--profile", "smoke", "--settings", "c10-s2-b2",
             "--arms", "sckm-cluster,random", "--seeds", "0", "--out", str(tmp_path), "--ray-address", ray_head.address]
     assert runner.main(args) == 0
@@ -148,7 +149,7 @@ def test_unknown_layer_names_are_refused():
 
 
 def test_rounds_to_target_hand_case_and_no_learning_setting(tmp_path):
-    figures = script("sckm_figures")
+    figures = sckm_figures
     curves = {("c10-s2-b2", "sckm-select"): [10, 12, 20, 30], ("c10-s2-b2", "random"): [10, 11, 28, 20],
               ("c10-s1-b2", "sckm-select"): [10, 9, 10, 9], ("c10-s1-b2", "random"): [10, 10, 9, 9]}
     runs = pd.DataFrame([{"setting": s, "arm": a, "seed": 0, "round": r, "accuracy": acc}
@@ -165,7 +166,7 @@ def test_rounds_to_target_hand_case_and_no_learning_setting(tmp_path):
 
 
 def test_selection_facts_hand_case():
-    figures = script("sckm_figures")
+    figures = sckm_figures
     classes = [{0}, {0, 1}, {2}, {3, 4}]
     trained = {1: [0, 1], 2: [1, 2], 3: [3, 0]}
     losses = {1: {10: 0.5, 11: 0.9, 12: 0.1}, 2: {10: 0.2, 11: 0.3, 12: 0.4}}
@@ -177,7 +178,7 @@ def test_selection_facts_hand_case():
 
 
 def test_table_of_a_budget_missing_a_shard_count_marks_it_not_run(tmp_path):
-    figures = script("sckm_figures")
+    figures = sckm_figures
     curves = {"c10-s1-b2": [10, 10, 10, 10, 10], "c10-s2-b2": [10, 12, 14, 16, 18], "c10-s2-b3": [10, 20, 30, 40, 50]}
     runs = pd.DataFrame([{"setting": s, "arm": "random", "seed": 0, "round": r, "accuracy": acc,
                           "shards": int(s[5]), "budget": int(s[8])}

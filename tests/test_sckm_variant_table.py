@@ -4,11 +4,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.script_loader import script
+from bouquet.analysis import sckm_figures
 
 
 def test_variant_table_by_hand(tmp_path):
-    figures = script("sckm_figures")
+    figures = sckm_figures
     rows = []
     for arm, level in (("random", 20.0), ("sckm-update-neg-classifier", 25.0)):
         for seed in (0, 1):
@@ -37,7 +37,7 @@ def test_selection_facts_of_a_local_update_run_follow_the_aggregated_updates(tmp
 
     from bouquet.config import AppConfig
 
-    figures = script("sckm_figures")
+    figures = sckm_figures
     run = tmp_path / "base" / "c4-s1-b1" / "sckm-update-pos-concat" / "seed-0"
     run.mkdir(parents=True)
     config = AppConfig.from_run_config({"task": "vision", "shards-per-client": 1})
@@ -58,7 +58,7 @@ def test_selection_facts_of_a_local_update_run_follow_the_aggregated_updates(tmp
 
 
 def test_smoothed_curves_average_the_rounds_up_to_each_round(tmp_path):
-    figures = script("sckm_figures")
+    figures = sckm_figures
     rows = [{"setting": "c10-s2-b2", "arm": "random", "seed": seed, "round": rnd, "accuracy": acc + 10 * seed}
             for seed in (0, 1) for rnd, acc in enumerate([10.0, 20.0, 60.0, 0.0])]
     curves = figures.smoothed_curves(pd.DataFrame(rows), window=2)
@@ -71,7 +71,7 @@ def test_smoothed_curves_average_the_rounds_up_to_each_round(tmp_path):
 
 
 def test_versus_random_pairs_each_arm_with_random_of_the_same_seed(tmp_path):
-    figures = script("sckm_figures")
+    figures = sckm_figures
 
     def run(shards, arm, seed, early, late):  # rounds 0-60: `early` up to round 55, `late` in rounds 56-60
         return [{"setting": f"c10-s{shards}-b2", "shards": shards, "budget": 2, "arm": arm, "seed": seed,
@@ -101,7 +101,7 @@ def test_versus_random_pairs_each_arm_with_random_of_the_same_seed(tmp_path):
 
 
 def test_coverage_correlation_ranks_arms_by_classes_covered_and_late_accuracy(tmp_path):
-    figures = script("sckm_figures")
+    figures = sckm_figures
     arms = {"random": (3.4, 25.0), "a": (3.0, 20.0), "b": (3.2, 24.0), "fedcor-gp": (3.8, 33.0), "c": (3.1, 26.0)}
     runs = pd.DataFrame([{"setting": "c10-s2-b2", "arm": arm, "seed": seed, "round": rnd,
                           "accuracy": acc + seed if rnd > 10 else 0.0}

@@ -1,0 +1,8 @@
+"""Tables and figures of the studies, read from their run folders (:class:`bouquet.results.RunFolder`).
+
+One module per study, each also a command line (``python -m bouquet.analysis.<module> --help``; the
+``scripts/<module>.py`` of the same name runs it too): :mod:`~bouquet.analysis.hk_figures` (the HK paper's
+comparison), :mod:`~bouquet.analysis.sckm_figures` (the SCKM studies), :mod:`~bouquet.analysis.groups_figures`
+(known groups, coalition memory) and :mod:`~bouquet.analysis.attack_figures` (attacks).  They read what the
+runs wrote and nothing else, so they run again on any copy of the results.
+"""
