@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import subprocess
 import sys
@@ -51,6 +50,7 @@ import torch
 from bouquet.config import AppConfig
 from bouquet.experiments import layered_run_config
 from bouquet.launch import toml_value
+from bouquet.results import find_runs
 from bouquet.runtime import WarmRuntime
 from bouquet.strategies.rounds import ClientUpdates
 from bouquet.strategies.sampling import draw_nodes, training_count
@@ -154,10 +154,10 @@ def flower_run(run_config: dict, supernodes: int, results: Path, runtime_dir: Pa
                            "--runtime-dir", str(runtime_dir), *(["--cold"] if cold else []),
                            "--run-config", text], capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
-    summaries = sorted(results.glob("*/summary.json"))
-    if done.returncode != 0 or not summaries:
+    runs = find_runs(results, "*")
+    if done.returncode != 0 or not runs:
         raise SystemExit(f"the Flower run failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return wall, float(json.loads(summaries[-1].read_text())["mae-litres-mean"])
+    return wall, float(runs[-1].summary()["mae-litres-mean"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,15 +32,15 @@ import argparse
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 
+from bouquet import processes
 from bouquet.processes import command_line, descendants
+from bouquet.results import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 # the paper's forecaster, as when these arms were measured (docs/PERFORMANCE.md); the default job runs the personal one
@@ -134,36 +134,33 @@ def run_arm(arm: str, out: Path, ray_address: str | None, rounds: int | None = N
     log_path = folder / "launch.log"
     print(f"[{arm}] {' '.join(command[2:])}\n[{arm}] log: {log_path}", flush=True)
     started = time.monotonic()
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-        sampler = MemorySampler(process.pid)
-        sampler.start()
-        try:
-            last = ""
-            while process.poll() is None:
-                time.sleep(5)
-                marks = [line for line in log_path.read_text(errors="replace").splitlines() if "[ROUND " in line]
-                if marks and marks[-1] != last:
-                    last = marks[-1]
-                    print(f"[{arm}] {time.monotonic() - started:7.0f} s  {last.split('INFO')[-1].strip(' :')}",
-                          flush=True)
-        except KeyboardInterrupt:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait()
-            raise
-        finally:
-            sampler.stopped.set()
-            sampler.join()
+    process = processes.start(command, log_path, dict(os.environ))  # its own session: stopped as a group
+    sampler = MemorySampler(process.pid)
+    sampler.start()
+    try:
+        last = ""
+        while process.poll() is None:
+            time.sleep(5)
+            marks = [line for line in log_path.read_text(errors="replace").splitlines() if "[ROUND " in line]
+            if marks and marks[-1] != last:
+                last = marks[-1]
+                print(f"[{arm}] {time.monotonic() - started:7.0f} s  {last.split('INFO')[-1].strip(' :')}",
+                      flush=True)
+    except KeyboardInterrupt:
+        processes.stop(process)
+        raise
+    finally:
+        sampler.stopped.set()
+        sampler.join()
     wall = time.monotonic() - started
-    summary_path = folder / arm / "summary.json"
-    if process.returncode != 0 or not summary_path.exists():
+    run = RunFolder(folder / arm)
+    if process.returncode != 0 or not run.finished:
         raise SystemExit(f"[{arm}] failed (exit code {process.returncode}); see {log_path}")
-    summary = json.loads(summary_path.read_text())
-    records = [json.loads(line) for line in (folder / arm / "rounds.jsonl").read_text().splitlines() if line]
+    summary = run.summary()
     result = {"arm": arm_folder(arm, rounds), "run_config": config, "wall_s": wall, "memory": sampler.report(),
               "peak_total_mib": sampler.peak_total / 2 ** 20, "mae_litres": summary.get("mae-litres-mean"),
               "clients_evaluated": summary.get("clients-evaluated"), "rounds": summary.get("rounds"),
-              "train_phases": sum(1 for r in records if r.get("phase") == "train")}
+              "train_phases": len(run.rounds("train"))}
     (folder / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
