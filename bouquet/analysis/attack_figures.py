@@ -30,6 +30,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from bouquet.analysis import figures_folder
 from bouquet.experiments import naive_client_errors
 from bouquet.results import find_runs, markdown_table
 
@@ -113,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="default: <base>/figures")
     args = parser.parse_args(argv)
     base = Path(args.base)
-    out = Path(args.out) if args.out else base / "figures"
-    out.mkdir(parents=True, exist_ok=True)
+    out = figures_folder(base, args.out)
     runs = load(base)
     summary = table(runs)
     first = find_runs(base, "*/*/seed-*")[0]

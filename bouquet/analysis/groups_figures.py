@@ -39,6 +39,7 @@ plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.cm.tab20.colors)  # > 10 
 import pandas as pd
 
 from bouquet.algorithms.groups import stability
+from bouquet.analysis import figures_folder
 from bouquet.experiments import naive_client_errors
 from bouquet.results import RunFolder, find_runs, markdown_table
 
@@ -266,8 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tuning-seeds", nargs="+", type=int, default=[0, 1], metavar="K",
                         help="the seeds --choose reads (default: 0 1)")
     args = parser.parse_args(argv)
-    out = args.out or args.base / "figures"
-    out.mkdir(parents=True, exist_ok=True)
+    out = figures_folder(args.base, args.out)
     runs = load_runs(args.base)
     errors, unit = client_errors(runs)
     naive = naive_errors_frame(runs, errors["partition-id"])

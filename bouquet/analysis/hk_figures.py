@@ -40,6 +40,7 @@ plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.cm.tab20.colors)  # > 10 
 import numpy as np
 import pandas as pd
 
+from bouquet.analysis import figures_folder
 from bouquet.experiments import naive_client_errors, naive_client_forecasts
 from bouquet.results import RunFolder, find_runs
 
@@ -208,8 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=None, help="default: <runs>/figures")
     args = parser.parse_args(argv)
     base = Path(args.runs)
-    out = Path(args.out) if args.out else base / "figures"
-    out.mkdir(parents=True, exist_ok=True)
+    out = figures_folder(base, args.out)
     runs = load_runs(base)
     rounds = rounds_frame(runs)
 

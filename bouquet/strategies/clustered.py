@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from bouquet.algorithms.clustered import (
     CFLParams,
@@ -45,7 +45,7 @@ from bouquet.strategies.arrays import Model, to_numpy, to_record
 from bouquet.strategies.models import SHARED, AssignedModels
 from bouquet.strategies.params import SamplingParams, SelectionParams
 from bouquet.strategies.rounds import Aggregate, ClientUpdates, RoundContext, Sample
-from bouquet.strategies.sampling import UniformSampler
+from bouquet.strategies.sampling import StatelessSampler, UniformSampler
 
 __all__ = ["CFLClusters", "ClusterMeans", "IFCASampler", "LocalModels", "cluster_keys", "ifca_models"]
 
@@ -104,8 +104,9 @@ def _names(updates: ClientUpdates) -> list[Any]:
     return [name if name != "" else node for name, node in zip(names, updates.node_ids)]
 
 
-class IFCASampler:
-    """IFCA's client side of a round: uniform draw, then each client joins its lowest-loss cluster.
+class IFCASampler(StatelessSampler):
+    """IFCA's client side of a round: uniform draw, then each client joins its lowest-loss cluster.  It learns from
+    its loss query, not from the replies, and keeps nothing beyond the store's assignment (the store's state).
 
     Parameters
     ----------
@@ -174,18 +175,6 @@ class IFCASampler:
         """Assign the nodes among ``nodes`` that never trained to their lowest-loss cluster (by asking them)."""
         fresh = [n for n in nodes if context.models.key_for(n) == SHARED]
         return self._ask(context, fresh, "evaluate")[0]
-
-    def train_config(self, server_round: int) -> dict[str, Any]:
-        return {}
-
-    def observe_train(self, server_round: int, replies: list[Message]) -> None:
-        """IFCA learns from the loss query, not from the replies."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Nothing beyond the store's assignment (part of the store's state)."""
 
     def describe(self) -> list[str]:
         return [f"Sampling: IFCA, K={len(self.keys)} clusters, {self._uniform.describe()[0].removeprefix('Sampling: ')}"]

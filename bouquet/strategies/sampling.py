@@ -185,8 +185,26 @@ class Sampler(Protocol):
     def describe(self) -> list[str]: ...
 
 
-class UniformSampler:
-    """Seeded uniform sampling without replacement (module docstring).
+class StatelessSampler:
+    """The do-nothing half of the :class:`Sampler` protocol, for samplers that keep no state across rounds:
+    no train-config entries, nothing learnt from replies, nothing to save or restore."""
+
+    def train_config(self, server_round: int) -> dict[str, Any]:
+        return {}
+
+    def observe_train(self, server_round: int, replies: list[Message]) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+
+class UniformSampler(StatelessSampler):
+    """Seeded uniform sampling without replacement (module docstring); every draw follows from the seed and
+    the round, so there is no state.
 
     Parameters
     ----------
@@ -221,18 +239,6 @@ class UniformSampler:
         log.info("configure_evaluate: sampled %d of %d nodes (seed %d, round %d)", len(picked), len(nodes), p.seed,
                  context.server_round)
         return Sample(tuple(picked))
-
-    def train_config(self, server_round: int) -> dict[str, Any]:
-        return {}
-
-    def observe_train(self, server_round: int, replies: list[Message]) -> None:
-        """Uniform sampling learns nothing from replies."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Nothing to restore: every draw follows from the seed and the round."""
 
     def describe(self) -> list[str]:
         p = self.sampling
