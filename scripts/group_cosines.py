@@ -22,29 +22,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bouquet.analysis.probes import clients, cosine_matrix, flat, split_pairs
 from bouquet.config import AppConfig
 from bouquet.experiments import layered_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments" / "groups"
 TAUS = (0.3, 0.5, 0.75, 0.9)
-
-
-def flat(model: torch.nn.Module) -> np.ndarray:
-    return torch.cat([p.detach().flatten() for p in model.parameters()]).double().numpy()
-
-
-def cosine_matrix(matrix: np.ndarray) -> np.ndarray:
-    unit = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-300)
-    return unit @ unit.T
-
-
-def split_pairs(cosines: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cosines of the pairs within a group and of the pairs across groups (each pair once)."""
-    upper = np.triu_indices(len(groups), 1)
-    same = groups[upper[0]] == groups[upper[1]]
-    values = cosines[upper]
-    return values[same], values[~same]
 
 
 def describe(round_: int, space: str, cosines: np.ndarray, groups: np.ndarray) -> dict:
@@ -55,22 +39,6 @@ def describe(round_: int, space: str, cosines: np.ndarray, groups: np.ndarray) -
         row[f"within >= {tau}"] = float((within >= tau).mean())
         row[f"between < {tau}"] = float((between < tau).mean())
     return row
-
-
-def clients(config: AppConfig, count: int) -> tuple[list, torch.nn.Module]:
-    """The first ``count`` clients' tasks and the seeded initial model."""
-    if config.run.task == "vision":
-        from bouquet.tasks.vision import VisionTask
-
-        tasks = [VisionTask.for_node(config.vision_data, config.vision_model, config.vision_train, i, count)
-                 for i in range(count)]
-    else:
-        from bouquet.tasks.water import WaterTask
-
-        tasks = [WaterTask.for_node(config.water_data, config.water_model, config.water_train, None, i, None)
-                 for i in range(count)]
-    torch.manual_seed(config.sampling.seed)
-    return tasks, tasks[0].new_model()
 
 
 def main(argv: list[str] | None = None) -> int:

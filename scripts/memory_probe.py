@@ -34,9 +34,6 @@ import pandas as pd
 import torch
 from sklearn.metrics import adjusted_rand_score
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from group_cosines import EXPERIMENTS, ROOT, clients, cosine_matrix, flat
-
 from bouquet.algorithms.hk import HKParams, hk_coalitions
 from bouquet.algorithms.memory import (
     MAJORITY,
@@ -46,10 +43,13 @@ from bouquet.algorithms.memory import (
     otsu_threshold,
     together_evidence,
 )
+from bouquet.analysis.probes import clients, cosine_matrix, flat
 from bouquet.config import AppConfig
 from bouquet.experiments import layered_run_config
 from bouquet.strategies.params import CoalitionParams
 
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments" / "groups"
 TAUS = (0.2, 0.3, 0.5)
 LINKAGE_TAUS = (0.1, 0.15, 0.2)
 DECAYS = (1.0, 0.7)
