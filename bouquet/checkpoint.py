@@ -263,19 +263,26 @@ def _translate(value: Any, table: Mapping[Any, Any]) -> Any:
 #: Lists of at least this many floats in a JSON state are stored as arrays (sketches), not as JSON text.
 ARRAY_MIN_LENGTH = 32
 _ARRAY = "@array"
+_NDARRAY = "@ndarray"
 
 
 def split_arrays(state: Any, min_length: int = ARRAY_MIN_LENGTH) -> tuple[Any, dict[str, np.ndarray]]:
-    """``state`` with each list of ``min_length`` or more floats replaced by ``{"@array": name}``, and the arrays.
+    """``state`` with each list of ``min_length`` or more floats replaced by ``{"@array": name}`` and each numpy
+    array by ``{"@ndarray": name}``, and the arrays.
 
     JSON text of floats is ~20 bytes a number and slow to write and parse; a piggybacked sketch per node
-    is thousands of them.  The values come back bit for bit (float64).
+    is thousands of them.  The values come back bit for bit: the lists as lists (float64), a numpy array as
+    the same array (its dtype and shape kept; a server optimiser's moments).
     """
     arrays: dict[str, np.ndarray] = {}
 
     def walk(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, np.ndarray):
+            name = f"s{len(arrays)}"
+            arrays[name] = value
+            return {_NDARRAY: name}
         if isinstance(value, list | tuple):
             if len(value) >= min_length and all(type(v) is float for v in value):
                 name = f"s{len(arrays)}"
@@ -290,10 +297,11 @@ def split_arrays(state: Any, min_length: int = ARRAY_MIN_LENGTH) -> tuple[Any, d
 def join_arrays(state: Any, arrays: Mapping[str, np.ndarray]) -> Any:
     """The inverse of :func:`split_arrays`."""
     if isinstance(state, dict):
-        if set(state) == {_ARRAY}:
-            if state[_ARRAY] not in arrays:
-                raise CheckpointError(f"the checkpoint lacks the state array {state[_ARRAY]!r}")
-            return arrays[state[_ARRAY]].tolist()
+        if set(state) in ({_ARRAY}, {_NDARRAY}):
+            (marker, name), = state.items()
+            if name not in arrays:
+                raise CheckpointError(f"the checkpoint lacks the state array {name!r}")
+            return arrays[name].tolist() if marker == _ARRAY else np.array(arrays[name])
         return {k: join_arrays(v, arrays) for k, v in state.items()}
     if isinstance(state, list):
         return [join_arrays(v, arrays) for v in state]

@@ -293,3 +293,13 @@ def test_a_run_recorded_under_an_old_key_name_resumes_under_the_new_one(tmp_path
     check_resumable(checkpoint, config, "1", renamed=DEPRECATED_KEYS)
     with pytest.raises(CheckpointError, match="coalition-min-fraction: '<absent>' then, 0.25 now"):
         check_resumable(checkpoint, config, "1")
+
+
+def test_numpy_arrays_in_a_state_keep_their_dtype_and_shape_through_the_split():
+    moments = {"m": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}, "n": 3, "sketch": [0.5] * 40}
+    plain, arrays = split_arrays(moments)
+    assert plain["m"]["w"] == {"@ndarray": "s0"} and plain["sketch"] == {"@array": "s1"}
+    back = join_arrays(plain, arrays)
+    assert back["m"]["w"].dtype == np.float32 and back["m"]["w"].shape == (2, 3)
+    np.testing.assert_array_equal(back["m"]["w"], moments["m"]["w"])
+    assert back["sketch"] == [0.5] * 40 and back["n"] == 3

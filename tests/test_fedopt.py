@@ -77,7 +77,7 @@ def test_the_step_is_flowers_fedopt_on_the_same_replies(flower_cls, name):
             np.testing.assert_allclose(got[key], expected[key].numpy(), rtol=2e-6, atol=1e-7)
         current = expected
         mine = got
-    assert set(ours.state_arrays()) == {"m", "v"}
+    assert set(ours.state_dict()) == {"m", "v"}
 
 
 def test_the_optimizer_state_goes_through_a_checkpoint_and_resumes_to_the_same_model():
@@ -105,12 +105,54 @@ def test_the_optimizer_state_goes_through_a_checkpoint_and_resumes_to_the_same_m
     for r in (1, 2):
         train_round(first, grid, r)
     saved = ServerState.from_records(first.state().to_records())  # through Flower records
-    assert set(saved.aggregator) == {"m", "v"}
+    moments = saved.parts["ServerOptimizer"]
+    assert set(moments) == {"m", "v"}
+    kept = first.aggregator.state_dict()
+    for moment in ("m", "v"):  # the arrays come back as arrays, bit for bit and in their dtype
+        for key, array in kept[moment].items():
+            assert moments[moment][key].dtype == array.dtype
+            np.testing.assert_array_equal(moments[moment][key], array)
     resumed = strategy()
     resumed.load_state(saved)
     train_round(resumed, grid, 3)
     for key in ("w", "b"):
         np.testing.assert_array_equal(resumed.models.shared[key].numpy(), whole.models.shared[key].numpy())
     plain = BouquetStrategy(aggregator=WeightedMean(), hooks=())
-    with pytest.raises(ValueError, match="keeps none"):
+    with pytest.raises(ValueError, match="the state of ServerOptimizer, which this strategy's aggregator does not"):
         plain.load_state(saved)
+
+
+def test_a_checkpoint_written_when_the_moments_stood_apart_still_resumes(tmp_path):
+    """Checkpoints written before the parts' state had one form kept a server optimiser's moments in their own
+    ``aggregator:<moment>`` groups; restoring one puts them back where the part now reads them."""
+    from flwr.serverapp.strategy import Result
+
+    from bouquet.checkpoint import latest_checkpoint, read_checkpoint, write_checkpoint
+    from bouquet.strategies.checkpoints import restore, save_checkpoint
+
+    params = ServerOptParams("adam", learning_rate=0.05)
+    grid = FakeGrid([1, 2, 3], keys={1: 0, 2: 1, 3: 2})
+
+    def strategy():
+        return BouquetStrategy(sampler=UniformSampler(SamplingParams(seed=0, min_available_nodes=2,
+                                                                     identify_nodes=True)),
+                               aggregator=ServerOptimizer(WeightedMean(), params), hooks=(),
+                               message_factory=make_message)
+
+    first = strategy()
+    first.models.adopt(_record([0.0, 0.0, 0.0]))
+    first.nodes.order(grid, grid.get_node_ids())
+    configured = first.configure_train_round(1, ConfigRecord(), grid)
+    first.aggregate_train_round(configured, [reply(m.metadata.dst_node_id, _record([0.1, 0.2, 0.3]), examples=10)
+                                             for m in configured.messages])
+    first.server_round = 1
+    new = read_checkpoint(save_checkpoint(first, Result(), tmp_path / "new", {}))
+    moments = first.aggregator.state_dict()
+    meta = {**new.meta, "state": {**new.meta["state"], "parts": {}}}  # the old layout: no parts, moments apart
+    models = {**new.models, **{f"aggregator:{k}": dict(v) for k, v in moments.items()}}
+    write_checkpoint(tmp_path / "old", 1, meta, models)
+    resumed = strategy()
+    restore(resumed, grid, latest_checkpoint(tmp_path / "old"))
+    for moment in ("m", "v"):
+        for key, array in moments[moment].items():
+            np.testing.assert_array_equal(resumed.aggregator.state_dict()[moment][key], array)

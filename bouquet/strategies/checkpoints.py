@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 _MODEL = "model:"  # checkpoint groups: "model:<store key>" per model, _STATE for the state's arrays
 _STATE = "state-arrays"
-_AGGREGATOR = "aggregator:"  # an aggregator's own arrays (a server optimiser's moments), per group
+_AGGREGATOR = "aggregator:"  # older checkpoints: a server optimiser's moments, per group (now in the parts' state)
 _PHASES = ("train_metrics_clientapp", "evaluate_metrics_clientapp", "evaluate_metrics_serverapp")
 
 
@@ -88,7 +88,6 @@ def save_checkpoint(strategy: Any, result: Result, run_folder: str | Path, extra
     meta = {**extra, "seed": state.seed, "state": named, "result": _result_to_json(result),
             "files": snapshot_files(run_folder), "num-nodes": len(keys)}
     models = {f"{_MODEL}{key}": to_numpy(record) for key, record in state.models.items()}
-    models |= {f"{_AGGREGATOR}{key}": dict(arrays) for key, arrays in state.aggregator.items()}
     models[_STATE] = state_arrays
     return write_checkpoint(run_folder, state.server_round, meta, models, keep=keep)
 
@@ -123,12 +122,15 @@ def restore(strategy: Any, grid: Grid, checkpoint: Checkpoint) -> Result:
     state = join_arrays(keys_to_nodes(meta["state"], keys), checkpoint.models.get(_STATE, {}))
     models = {key.removeprefix(_MODEL): to_record(arrays) for key, arrays in checkpoint.models.items()
               if key.startswith(_MODEL)}
-    aggregator = {key.removeprefix(_AGGREGATOR): arrays for key, arrays in checkpoint.models.items()
-                  if key.startswith(_AGGREGATOR)}
+    parts = state.get("parts", {})
+    older = {key.removeprefix(_AGGREGATOR): arrays for key, arrays in checkpoint.models.items()
+             if key.startswith(_AGGREGATOR)}
+    if older:  # written before the parts' state had one form: a server optimiser's moments stood apart
+        parts = {**parts, "ServerOptimizer": older}
     try:
         strategy.load_state(ServerState(server_round=checkpoint.server_round, seed=int(meta["seed"]), models=models,
                                         store=state["store"], nodes=state["nodes"], sampler=state["sampler"],
-                                        aggregator=aggregator, parts=state.get("parts", {})))
+                                        parts=parts))
     except ValueError as error:
         raise CheckpointError(f"{checkpoint.path}: {error}") from error
     log.info("resumed from %s: round %d done, %d nodes mapped to this run's node ids", checkpoint.path,

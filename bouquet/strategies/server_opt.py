@@ -5,7 +5,7 @@ the inner aggregate minus the shared model the clients were sent is the pseudo-g
 :func:`bouquet.algorithms.fedopt.fedopt_step` moves the shared model (Reddi et al. 2021).  Coalition models
 served per group (``coalition-models = "personal"``) are kept as the inner aggregator made them; only the
 shared model takes the server step.  The moments are the part's state, saved in checkpoints
-(:meth:`state_arrays`).
+(:meth:`ServerOptimizer.state_dict`, as every part with state).
 """
 
 from __future__ import annotations
@@ -62,16 +62,18 @@ class ServerOptimizer:
         return dataclasses.replace(aggregate, model=model, summary=summary,
                                    report={**aggregate.report, "server-step-norm": step})
 
-    def state_arrays(self) -> dict[str, dict[str, np.ndarray]]:
-        """The moments, as named arrays per moment (empty before the first step): what a checkpoint keeps."""
+    def state_dict(self) -> dict[str, dict[str, np.ndarray]]:
+        """The moments, as named arrays per moment (empty before the first step): what a checkpoint keeps
+        (numpy arrays travel as arrays, their dtype kept)."""
         if self._m is None or self._v is None:
             return {}
         return {"m": dict(self._m), "v": dict(self._v)}
 
-    def load_state_arrays(self, arrays: dict[str, dict[str, np.ndarray]]) -> None:
-        """Go on from :meth:`state_arrays` (empty: from zero moments)."""
-        self._m = {k: np.asarray(a) for k, a in arrays["m"].items()} if "m" in arrays else None
-        self._v = {k: np.asarray(a) for k, a in arrays["v"].items()} if "v" in arrays else None
+    def load_state_dict(self, state: dict[str, dict[str, np.ndarray]] | None) -> None:
+        """Go on from :meth:`state_dict` (empty or None: from zero moments)."""
+        state = state or {}
+        self._m = {k: np.asarray(a) for k, a in state["m"].items()} if "m" in state else None
+        self._v = {k: np.asarray(a) for k, a in state["v"].items()} if "v" in state else None
 
     def describe(self) -> list[str]:
         p = self.params

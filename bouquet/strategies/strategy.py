@@ -124,12 +124,11 @@ class BouquetStrategy(Strategy):
 
     def state(self) -> ServerState:
         """The whole server state after the last completed round."""
-        arrays = getattr(self.aggregator, "state_arrays", None)  # only aggregators with state of their own
         parts = {type(part).__name__: part.state_dict() for part in _aggregator_parts(self.aggregator)
-                 if hasattr(part, "state_dict")}
+                 if hasattr(part, "state_dict")}  # only the parts with state of their own
         return ServerState(server_round=self.server_round, seed=self.seed, models=dict(self.models.state_records()),
                            store=self.models.state_dict(), nodes=self.nodes.state_dict(),
-                           sampler=self.sampler.state_dict(), aggregator=arrays() if arrays is not None else {},
+                           sampler=self.sampler.state_dict(),
                            parts={name: state for name, state in parts.items() if state})
 
     def load_state(self, state: ServerState) -> None:
@@ -140,14 +139,14 @@ class BouquetStrategy(Strategy):
         self.models.load_state(state.models, state.store)
         self.nodes.load_state_dict(state.nodes)
         self.sampler.load_state_dict(state.sampler)
-        load = getattr(self.aggregator, "load_state_arrays", None)
-        if load is not None:
-            load(state.aggregator)
-        elif state.aggregator:
-            raise ValueError("the state holds an aggregator's arrays, but this strategy's aggregator keeps none")
-        for part in _aggregator_parts(self.aggregator):
-            if hasattr(part, "load_state_dict"):
-                part.load_state_dict(state.parts.get(type(part).__name__))
+        parts = {type(part).__name__: part for part in _aggregator_parts(self.aggregator)
+                 if hasattr(part, "load_state_dict")}
+        unknown = sorted(set(state.parts) - set(parts))
+        if unknown:
+            raise ValueError(f"the state holds the state of {', '.join(unknown)}, which this strategy's aggregator "
+                             f"does not have (built with other parts than the run that saved it)")
+        for name, part in parts.items():
+            part.load_state_dict(state.parts.get(name))
 
     def _emit(self, event: RoundEvent, hooks: Sequence[Hook] | None = None) -> None:
         for hook in self.hooks if hooks is None else hooks:
