@@ -77,7 +77,7 @@ TASKS = ("water", "vision")
 #: (pyproject.toml): the ``improved`` inputs and loss over each household's blend of window median and
 #: weekday mean chosen on its validation windows, three local epochs of Adam 0.01 for 50 rounds, and five
 #: epochs of fine-tuning on the node before it evaluates and forecasts -- the recipe the forecaster study
-#: chose on validation (docs/RESULTS.md, "The forecaster study").  Per-round evaluation on a tenth of the
+#: chose on validation (docs/results/water.md, "The forecaster study").  Per-round evaluation on a tenth of the
 #: nodes (the final model is evaluated on every node): each evaluation fine-tunes first.
 FORECASTERS: dict[str, dict[str, Any]] = {
     "paper": {},

@@ -13,7 +13,7 @@ is named and the next run of this command continues where it stopped):
 3. and 4. ``sckm_figures.py`` for each study (accuracy curves, Table 5/6
    layouts, C-hat / C*, rounds to target, runs.csv);
 5. and 6. ``sckm_probe.py`` at the early rounds (1, 5, 10) and on the longer
-   trajectory (rounds 20, 40, more local work) of ``docs/RESULTS.md``.
+   trajectory (rounds 20, 40, more local work) of ``docs/results/sckm.md``.
 
 The study runners skip finished runs; a probe whose ``probe_rank.csv``
 exists is skipped.  Each step's wall time goes to ``<out>/reproduce-times.csv``.

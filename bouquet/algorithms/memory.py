@@ -3,7 +3,7 @@
 The HK paper forms each round's coalitions (eq. 10-14) from that round's models alone.  With small local
 training, one round's update cosines separate groups only on average (rotated digits: median 0.25 within a
 group, 0.05 between, widely overlapping), and once a group's model has converged its clients' updates are
-mostly noise, so per-round coalitions form late and later dissolve (docs/RESULTS.md, "Known groups").
+mostly noise, so per-round coalitions form late and later dissolve (docs/results/groups.md, "Known groups").
 
 :class:`PairEvidence` keeps, for every pair of clients ever sampled together, a decayed running mean of the
 cosine of their opinions (updates or weights), updated only in the rounds where *both* took part::
