@@ -101,7 +101,7 @@ def test_coalition_stability_between_consecutive_rounds(tmp_path):
 
 
 def test_group_cosines_split_pairs_within_and_between_groups():
-    probe = script("group_cosines")
+    probe = script("group_cosines")  # its describe(); the pair split is bouquet.analysis.probes'
     vectors = np.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0], [0.1, 1.0]])
     groups = np.array(["a", "a", "b", "b"])
     cosines = probe.cosine_matrix(vectors)

@@ -12,6 +12,7 @@ from bouquet.algorithms.probe import (
     probe_losses,
     rank_and_relative_accuracy,
 )
+from bouquet.analysis import feature_probe
 
 
 def test_each_feature_on_a_hand_case():
@@ -108,10 +109,9 @@ def test_probe_script_writes_pairs_and_tables(tmp_path):
 
 def test_client_rows_eta_is_sckm_selects_and_partner_accuracy_is_a_mean_by_hand():
     from bouquet.algorithms.sckm import layer_coordinate_weights, sckm_eta
-    from tests.script_loader import script
 
     g = np.array([[1.0, -2.0, 0.5], [0.0, 1.0, 1.0], [2.0, 0.5, -1.0]])
-    rows = script("sckm_probe").client_rows(g, [2, 1], [0.3, 0.2, 0.1], [1, 2, 2], [(0, 1), (0, 2), (1, 2)],
+    rows = feature_probe.client_rows(g, [2, 1], [0.3, 0.2, 0.1], [1, 2, 2], [(0, 1), (0, 2), (1, 2)],
                                             [0.5, 0.7, 0.9])
     weighted = g * layer_coordinate_weights(g, [2, 1], "normalized")
     np.testing.assert_allclose([r["eta"] for r in rows], sckm_eta(weighted))
@@ -123,12 +123,11 @@ def test_client_rows_eta_is_sckm_selects_and_partner_accuracy_is_a_mean_by_hand(
 def test_chosen_pair_percentile_by_hand():
     import pandas as pd
 
-    from tests.script_loader import script
 
     pairs = pd.DataFrame({"shards": 2, "seed": 0, "round": 5, "i": [0, 0, 1], "j": [1, 2, 2],
                           "val-accuracy": [0.3, 0.1, 0.2]})
     clients = pd.DataFrame({"shards": 2, "seed": 0, "round": 5, "client": [0, 1, 2],
                             "eta": [0.9, 0.1, 0.5], "loss": [0.1, 2.0, 1.0]})
-    row = script("sckm_probe").chosen_pair_percentiles(pairs, clients).iloc[0]
+    row = feature_probe.chosen_pair_percentiles(pairs, clients).iloc[0]
     assert row["eta-pair"] == 0.0  # clients 0 and 2: pair (0, 2) at 0.1, no pair is worse
     assert row["loss-pair"] == pytest.approx(100 / 3)  # clients 1 and 2: pair (1, 2) at 0.2, only (0, 2) is worse
