@@ -43,7 +43,7 @@ from bouquet.algorithms.memory import (
     otsu_threshold,
     together_evidence,
 )
-from bouquet.analysis.probes import clients, cosine_matrix, flat
+from bouquet.analysis.probes import clients, cosine_matrix, flat, split_pairs
 from bouquet.config import AppConfig
 from bouquet.experiments import layered_run_config
 from bouquet.strategies.params import CoalitionParams
@@ -125,10 +125,8 @@ def chosen_tensors(names: list[str], prefixes: tuple[str, ...]) -> np.ndarray:
 
 def separation(cosines: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
     """Median cosine of the pairs within a true group and of the pairs across groups."""
-    upper = np.triu_indices(len(groups), 1)
-    same = groups[upper[0]] == groups[upper[1]]
-    values = cosines[upper]
-    return float(np.median(values[same])), float(np.median(values[~same]))
+    within, between = split_pairs(cosines, groups)
+    return float(np.median(within)), float(np.median(between))
 
 
 def score(cosines_by_round: list[np.ndarray], groups: np.ndarray) -> list[dict]:
