@@ -75,9 +75,11 @@ def arm_names(experiments: Path, arms: str, every: Sequence[str] | None = None) 
 
 
 def require_data_files(run_config: Mapping[str, Any]) -> None:
-    """Stop with a clear message when a data file the run config names (``data-path``, ``vision-data-path``)
-    does not exist."""
-    for key in ("data-path", "vision-data-path"):
+    """Stop with a clear message when a data file the run config reads does not exist: ``data-path`` when
+    ``data-source`` is ``daiad`` (a layer may switch a DAIAD dataset to the synthetic pool and leave the path
+    set), ``vision-data-path`` whenever it is set."""
+    keys = (["data-path"] if run_config.get("data-source") == "daiad" else []) + ["vision-data-path"]
+    for key in keys:
         if run_config.get(key) and not Path(run_config[key]).exists():
             raise SystemExit(f"data file not found ({key}): {run_config[key]}")
 

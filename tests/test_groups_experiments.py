@@ -152,3 +152,16 @@ def test_errors_at_rounds_and_the_choice_on_validation_are_computed_by_hand(tmp_
     (tmp_path / "tau-0.9" / "seed-0" / "summary.json").write_text("{}")
     with pytest.raises(SystemExit, match="no validation MAE"):
         figures.validation_choices(runs, ["hk=tau-0.5,tau-0.9"], ["seed-0", "seed-1"])
+
+
+def test_a_data_file_is_required_only_where_the_run_reads_it(tmp_path):
+    """A profile may switch a DAIAD dataset to the synthetic pool and leave ``data-path`` set (the hk-paper smoke
+    profile does): no file is read then, so none is required; an image folder always is."""
+    from bouquet.experiments import require_data_files
+
+    absent = str(tmp_path / "absent.zip")
+    require_data_files({"data-source": "synthetic", "data-path": absent})
+    with pytest.raises(SystemExit, match=r"data file not found \(data-path\)"):
+        require_data_files({"data-source": "daiad", "data-path": absent})
+    with pytest.raises(SystemExit, match=r"data file not found \(vision-data-path\)"):
+        require_data_files({"task": "vision", "vision-data-path": absent})
