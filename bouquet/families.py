@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # the parts import flwr; the builders import them when called
     from bouquet.strategies.params import SamplingParams
     from bouquet.strategies.sampling import Sampler
 
-__all__ = ["FAMILIES", "STRATEGIES", "Family", "StrategySpec", "family_names"]
+__all__ = ["FAMILIES", "STRATEGIES", "Family", "FamilyError", "StrategySpec", "family_names"]
 
 
 class FamilyError(ValueError):
