@@ -33,7 +33,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
 from bouquet.messages import MessageFactory, flower_message
-from bouquet.transport import FlowerTransport, Transport
+from bouquet.transport import FLOWER_TRANSPORT, Transport
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def register_identity_query(app: ClientApp, key_fn: Callable[[Context], int] = p
 
 
 def identify_nodes(grid: Grid, nodes: list[int], timeout: float, new_message: MessageFactory = flower_message,
-                   patience: int = 3, transport: Transport | None = None) -> dict[int, int | None]:
+                   patience: int = 3, transport: Transport = FLOWER_TRANSPORT) -> dict[int, int | None]:
     """Ask ``nodes`` for their stable key: ``{node id: key}`` for those that answered with one, ``None`` for
     those that answered without one (an error reply: no handler).
 
@@ -100,7 +100,7 @@ def identify_nodes(grid: Grid, nodes: list[int], timeout: float, new_message: Me
     messages = [new_message(RecordDict({"config": ConfigRecord({})}), f"query.{IDENTIFY_ACTION}", n, "")
                 for n in nodes]
     keys: dict[int, int | None] = {}
-    for reply in (transport if transport is not None else FlowerTransport()).exchange(grid, messages, wait):
+    for reply in transport.exchange(grid, messages, wait):
         node = reply.metadata.src_node_id
         if not reply.has_error() and "identity" in reply.content.config_records:
             keys[node] = int(reply.content.config_records["identity"]["key"])

@@ -42,8 +42,8 @@ if TYPE_CHECKING:  # importing this module (its TransportParams, for bouquet.con
     from flwr.app import Message
     from flwr.serverapp import Grid
 
-__all__ = ["DEFAULT_POLL_SECONDS", "MAX_POLL_SECONDS", "FlowerTransport", "PollingTransport", "Transport",
-           "TransportParams"]
+__all__ = ["DEFAULT_POLL_SECONDS", "FLOWER_TRANSPORT", "MAX_POLL_SECONDS", "FlowerTransport", "PollingTransport",
+           "Transport", "TransportParams"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,10 @@ class FlowerTransport:
 
     def exchange(self, grid: Grid, messages: Iterable[Message], timeout: float | None) -> list[Message]:
         return list(grid.send_and_receive(messages, timeout=timeout))
+
+
+#: The default transport everywhere one can be given (it holds no state, so one instance serves all).
+FLOWER_TRANSPORT = FlowerTransport()
 
 
 class PollingTransport:

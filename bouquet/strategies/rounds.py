@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 
 from bouquet.messages import MessageFactory
 from bouquet.strategies.arrays import FlatLayout, Model, compute_dtype, stack_models
-from bouquet.transport import FlowerTransport, Transport
+from bouquet.transport import FLOWER_TRANSPORT, Transport
 
 __all__ = ["Aggregate", "ClientUpdates", "EvaluateRound", "RoundContext", "RoundEvent", "Sample", "TrainRound"]
 
@@ -51,7 +51,7 @@ class RoundContext:
     new_message: MessageFactory
     arrayrecord_key: str = "arrays"
     models: Any = None
-    transport: Transport = field(default_factory=FlowerTransport)
+    transport: Transport = FLOWER_TRANSPORT
 
     def exchange(self, messages: Iterable[Message], timeout: float | None) -> list[Message]:
         """Send ``messages`` through the round's grid and transport; the replies within ``timeout``."""

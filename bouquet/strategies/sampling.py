@@ -32,7 +32,7 @@ from bouquet.messages import MessageFactory
 from bouquet.node_identity import identify_nodes
 from bouquet.strategies.params import SamplingParams
 from bouquet.strategies.rounds import RoundContext, Sample
-from bouquet.transport import FlowerTransport, Transport
+from bouquet.transport import FLOWER_TRANSPORT, Transport
 
 __all__ = ["NodeOrder", "Sampler", "UniformSampler", "draw_nodes", "evaluation_count", "evaluation_wait",
            "training_count", "training_wait"]
@@ -87,16 +87,16 @@ class NodeOrder:
         Builds the ``query.identify`` messages.
     identify : bool, default False
         Ask new nodes for their key (the app registers the handler); False: order by node id, no query.
-    transport : Transport, optional
-        How the identity query travels; default :class:`bouquet.transport.FlowerTransport`.
+    transport : Transport, default FLOWER_TRANSPORT
+        How the identity query travels (:class:`bouquet.transport.FlowerTransport`: ``grid.send_and_receive``).
     """
 
     def __init__(self, wait_seconds: float, new_message: MessageFactory, identify: bool = False,
-                 transport: Transport | None = None) -> None:
+                 transport: Transport = FLOWER_TRANSPORT) -> None:
         self.wait_seconds = wait_seconds
         self.new_message = new_message
         self.identify = identify
-        self.transport: Transport = transport if transport is not None else FlowerTransport()
+        self.transport = transport
         self.keys: dict[int, int | None] = {}  # node id -> stable key (None: the node reported none)
         self._said = False  # the one line saying nodes go by node id
 

@@ -43,7 +43,7 @@ from bouquet.strategies.replies import client_rows, identity_of, usable_updates
 from bouquet.strategies.rounds import EvaluateRound, RoundContext, RoundEvent, TrainRound
 from bouquet.strategies.sampling import NodeOrder, Sampler, UniformSampler
 from bouquet.strategies.state import ServerState
-from bouquet.transport import FlowerTransport, Transport
+from bouquet.transport import FLOWER_TRANSPORT, Transport
 
 __all__ = ["BouquetStrategy"]
 
@@ -80,7 +80,7 @@ class BouquetStrategy(Strategy):
         ``(list[RecordDict], weighted_by_key) -> MetricRecord``; default Flower's weighted average.
     message_factory : MessageFactory, optional
         Builds outgoing messages; default Flower's ``Message`` constructor (tests pass their own).
-    transport : Transport, optional
+    transport : Transport, default FLOWER_TRANSPORT
         How every phase's messages travel (training, evaluation and the samplers' queries); default
         :class:`bouquet.transport.FlowerTransport` (``grid.send_and_receive``).
     """
@@ -92,7 +92,8 @@ class BouquetStrategy(Strategy):
                  configrecord_key: str = RecordParams.configrecord_key,
                  train_metrics_aggr_fn: MetricsAggregation | None = None,
                  evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
-                 message_factory: MessageFactory = flower_message, transport: Transport | None = None) -> None:
+                 message_factory: MessageFactory = flower_message,
+                 transport: Transport = FLOWER_TRANSPORT) -> None:
         self.sampler: Sampler = sampler if sampler is not None else UniformSampler()
         self.aggregator: Aggregator = aggregator if aggregator is not None else WeightedMean()
         self.models: ModelStore = models if models is not None else SharedModel()
@@ -105,7 +106,7 @@ class BouquetStrategy(Strategy):
         self.train_metrics_aggr_fn = train_metrics_aggr_fn or aggregate_metricrecords
         self.evaluate_metrics_aggr_fn = evaluate_metrics_aggr_fn or aggregate_metricrecords
         self.new_message = message_factory
-        self.transport: Transport = transport if transport is not None else FlowerTransport()
+        self.transport = transport
         self.nodes = NodeOrder(self.sampler.sampling.node_wait_seconds, message_factory,
                                self.sampler.sampling.identify_nodes, self.transport)
         self.server_round = 0

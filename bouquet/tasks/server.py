@@ -26,7 +26,7 @@ from bouquet.messages import MessageFactory, flower_message
 from bouquet.personal_state import PersonalRun
 from bouquet.results import RunRecorder
 from bouquet.strategies.strategy import BouquetStrategy
-from bouquet.transport import FlowerTransport, Transport
+from bouquet.transport import FLOWER_TRANSPORT, Transport
 
 __all__ = ["ServerTask", "attack_summary", "evaluate_every_node", "final_clients",
            "resume_summary", "selection_summary"]
@@ -55,7 +55,7 @@ class ServerTask(Protocol):
 def evaluate_every_node(grid: Grid, served: dict[int, tuple[str, ArrayRecord]], timeout: float,
                         recorder: RunRecorder | None = None,
                         new_message: MessageFactory = flower_message,
-                        entries: dict[str, Any] | None = None, transport: Transport | None = None
+                        entries: dict[str, Any] | None = None, transport: Transport = FLOWER_TRANSPORT
                         ) -> list[dict[str, Any]]:
     """Evaluate on every node in ``served`` the model it is served (``node -> (store key, arrays)``).
 
@@ -73,7 +73,7 @@ def evaluate_every_node(grid: Grid, served: dict[int, tuple[str, ArrayRecord]], 
             contents[key] = RecordDict({"arrays": arrays, "config": config})
         messages.append(new_message(contents[key], "evaluate", node, "final"))
     answered = []
-    for reply in (transport if transport is not None else FlowerTransport()).exchange(grid, messages, timeout):
+    for reply in transport.exchange(grid, messages, timeout):
         if reply.has_error():
             log.warning("final evaluation: node %d failed: %s", reply.metadata.src_node_id, reply.error.reason)
             continue
