@@ -463,7 +463,7 @@ class AppConfig:
     @property
     def family(self) -> Family:
         """The strategy's family: its traits, checks and builders (:mod:`bouquet.families`)."""
-        return FAMILIES[self.run.spec.family]
+        return self.run.spec.kind
 
     def selector(self) -> Selector:
         """The client selector named by ``selection``, with its parameters."""
@@ -526,7 +526,7 @@ class AppConfig:
             _set_nested(by_section[key.section], key.path, values[key.name])
         run = cls._section("run", by_section["run"])
         spec = run.spec
-        family = FAMILIES[spec.family]
+        family = spec.kind
         sections: dict[str, Any] = {"run": run}
         inactive: list[tuple[str, Any]] = []
         for section in _SECTIONS[1:]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from bouquet.algorithms.coalitions_fixed_k import FIXED_K_GEOMETRIES
 from bouquet.algorithms.hk import GEOMETRIES as HK_GEOMETRIES
+from bouquet.algorithms.hk import HKParams
 from bouquet.params import ParamError
 from bouquet.strategies.params import ROBUST_RULES
 from bouquet.tasks.params import PERFEDAVG_VARIANTS
@@ -246,11 +247,14 @@ def _robust_family(rule: str) -> Family:
     return Family(rule, label=rule, robust=True, check=check, aggregator=aggregator)
 
 
+#: Every HK geometry is a strategy, the default one (the app's ``hk-cosine``) listed first.
+_HK_VARIANTS = (HKParams.geometry, *(g for g in HK_GEOMETRIES if g != HKParams.geometry))
+
 #: Every strategy family, in the order ``strategy`` names are listed.
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("fedavg", label="FedAvg"),
     Family("fedprox", label="FedProx", train_entries=_proximal_entries),
-    Family("hk", label="HK", variants=("cosine", "euclidean", "cosine-bounded"), geometry_section="hk",
+    Family("hk", label="HK", variants=_HK_VARIANTS, geometry_section="hk",
            exclusive_section=True, coalitions=True, opinions=True, aggregator=_hk_aggregator),
     Family("fixed-k", label="fixed-K", variants=FIXED_K_GEOMETRIES, geometry_section="fixed_k", coalitions=True,
            check=_fixed_k_check, aggregator=_fixed_k_aggregator),
@@ -263,7 +267,6 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            models=_assigned),
     *(_robust_family(rule) for rule in ROBUST_RULES),
 )}
-assert set(FAMILIES["hk"].variants) == set(HK_GEOMETRIES)  # every HK geometry is a strategy
 
 #: Strategy names accepted by the ``strategy`` key.
 STRATEGIES: tuple[str, ...] = tuple(name for f in FAMILIES.values() for name in f.strategies)
