@@ -10,6 +10,7 @@ to the strategy; the client side of each task is :class:`bouquet.tasks.base.Task
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -29,7 +30,7 @@ from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.transport import FLOWER_TRANSPORT, Transport
 
 __all__ = ["ServerTask", "attack_summary", "evaluate_every_node", "final_clients",
-           "resume_summary", "selection_summary"]
+           "run_summary", "selection_summary"]
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +122,13 @@ def selection_summary(config: AppConfig, strategy: BouquetStrategy) -> dict[str,
     return summary
 
 
-def resume_summary(checkpoint: Checkpoint | None) -> dict[str, Any]:
-    """``resumed-after-round`` in a resumed run's summary (the last resume, if several)."""
-    return {} if checkpoint is None else {"resumed-after-round": checkpoint.server_round}
+def run_summary(config: AppConfig, strategy: BouquetStrategy, checkpoint: Checkpoint | None,
+                started: float) -> dict[str, Any]:
+    """The entries every task's summary has: the selection (:func:`selection_summary`), the round a resumed
+    run went on from (``resumed-after-round``, the last resume if several) and ``wall-seconds`` since
+    ``started``."""
+    resumed = {} if checkpoint is None else {"resumed-after-round": checkpoint.server_round}
+    return {**selection_summary(config, strategy), **resumed, "wall-seconds": time.time() - started}
 
 
 def attack_summary(config: AppConfig, rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:

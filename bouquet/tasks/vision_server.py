@@ -9,7 +9,6 @@ accuracy, C-hat per round and C* (eq. 10) for SCKM-Cluster, and the sketch bytes
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +24,7 @@ from bouquet.data.images import load_images
 from bouquet.personal_state import PersonalRun
 from bouquet.results import RunRecorder
 from bouquet.strategies.strategy import BouquetStrategy
-from bouquet.tasks.server import attack_summary, final_clients, resume_summary, selection_summary
+from bouquet.tasks.server import attack_summary, final_clients, run_summary
 from bouquet.tasks.vision import accuracy, batch_indices, make_model, torch_device
 from bouquet.tuning import sample_std
 
@@ -89,8 +88,7 @@ class VisionServer:
                         "client-accuracy-mean": float(final.mean()) if len(final) else None,
                         "client-accuracy-std": sample_std(final) if len(final) > 1 else None,
                         **attack_summary(config, rows, "accuracy")}
-        summary |= {**selection_summary(config, strategy), **resume_summary(checkpoint),
-                    "wall-seconds": time.time() - started}
+        summary |= run_summary(config, strategy, checkpoint, started)
         recorder.write_json("summary.json", summary)
         if curve:
             best = max(sorted(curve), key=curve.get)  # the earliest round with the highest accuracy

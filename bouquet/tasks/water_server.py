@@ -9,7 +9,6 @@ forecasters', chosen on validation where there is a validation split) and ``repo
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +25,7 @@ from bouquet.personal_state import PersonalRun
 from bouquet.report import draw_report
 from bouquet.results import RunRecorder
 from bouquet.strategies.strategy import BouquetStrategy
-from bouquet.tasks.server import attack_summary, final_clients, resume_summary, selection_summary
+from bouquet.tasks.server import attack_summary, final_clients, run_summary
 from bouquet.tasks.water import NAIVE_FORECASTS, LSTMForecaster, naive_metric
 from bouquet.tuning import sample_std
 
@@ -125,9 +124,8 @@ class WaterServer:
             "mse-mean": float(mse.mean()) if len(mse) else None,
             **({"val-mae-litres-mean": float(val.mean())} if len(val) else {}),
             **naive_summary(rows),
-            **selection_summary(config, strategy), **resume_summary(checkpoint),
             **attack_summary(config, rows, "mae-litres"),
-            "wall-seconds": time.time() - started,
+            **run_summary(config, strategy, checkpoint, started),
         }
         recorder.write_json("summary.json", summary)
         if len(rows):
