@@ -76,7 +76,8 @@ def _build_task(config: AppConfig, context: Context) -> Task:
     data_path = context.node_config.get("data-path")
     perfedavg = config.perfedavg_settings() if config.family.meta_learning else None
     return WaterTask.for_node(config.water_data, config.water_model, config.water_train, perfedavg,
-                              partition_id(context), None if data_path is None else str(data_path), config.personal)
+                              partition_id(context), None if data_path is None else str(data_path), config.personal,
+                              config.fallback)
 
 
 def _task(context: Context) -> Task:
@@ -231,9 +232,12 @@ def train(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """Held-out MSE/MAE (scaled and in litres/day) of the received model (with the node's personal head or
-    Ditto model, fine-tuned first with ``personalize-epochs``), on the test windows and on the validation
-    windows (``val-*``); the final one adds the forecasts and the naive forecasters' MAE on the same windows
-    (``naive-*``, ``naive-val-*``)."""
+    Ditto model, fine-tuned first with ``personalize-epochs``) on the validation windows (``val-*``), and on the
+    test windows in the final evaluation (or every round where there is no validation split; never where the
+    test period is locked).  The final one adds the naive forecasters' MAE on the same days (``naive-*``,
+    ``naive-val-*``), what the node serves (``fallback``), its test-day forecasts, its forecast of the days
+    after its data (written to the node's own forecast file in a deployment) and the model it forecasts
+    with."""
     config = AppConfig.from_run_config(context.run_config)
     task = node_task(config, context)
     model = _loaded(task, msg.content["arrays"])
@@ -244,9 +248,26 @@ def evaluate(msg: Message, context: Context) -> Message:
     if run is not None:  # the final evaluation comes after every round
         upto = config.run.num_server_rounds if final else server_round
         model = _with_personal(task, config, model, load_personal(context, run, upto, config.personal.state_dir))
-    metrics = {**task.evaluate(model, rng), **(task.naive() if final else {})}  # naive baselines: final only
-    content = RecordDict({"metrics": MetricRecord(metrics), "info": _info(task, _attacker_flag(config, context, task))})
-    forecasts = task.forecasts(model) if final else None
-    if forecasts is not None:
-        content["predictions"] = ArrayRecord({name: Array(np.asarray(values)) for name, values in forecasts.items()})
+    metrics = task.evaluate(model, rng, final=final)
+    info = _info(task, _attacker_flag(config, context, task))
+    content = RecordDict({"metrics": MetricRecord(metrics), "info": info})
+    if final:
+        for key, value in task.final_info(model).items():
+            info[key] = value
+        for name, arrays in task.final_arrays(model).items():
+            content[name] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+        if "ahead" in content.array_records:
+            _write_node_forecast(context, task, content.array_records["ahead"], dict(info))
     return Message(content, reply_to=msg)
+
+
+def _write_node_forecast(context: Context, task: Task, ahead: ArrayRecord, info: dict) -> None:
+    """A deployed node (one whose node config names its own ``data-path``) keeps its forecast on its own box:
+    ``<forecast-dir>/<household>.csv`` (node config ``forecast-dir``, default ``$BOUQUET_CACHE_DIR/forecasts``)."""
+    if "data-path" not in context.node_config and "forecast-dir" not in context.node_config:
+        return  # simulation: the server gathers every node's forecast in the run folder
+    from bouquet.forecast import forecast_rows, write_forecast_file
+
+    folder = context.node_config.get("forecast-dir")
+    rows = forecast_rows({k: v.numpy() for k, v in ahead.items()}, task.partition_id, task.household, info)
+    write_forecast_file(rows, None if folder is None else str(folder), task.household)

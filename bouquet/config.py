@@ -43,6 +43,7 @@ from bouquet.checkpoint import CheckpointParams
 from bouquet.data.images import VisionDataParams
 from bouquet.data.water import WaterDataParams
 from bouquet.families import FAMILIES, STRATEGIES, Family, FamilyError, StrategySpec, family_names
+from bouquet.forecasting.combine import FallbackParams
 from bouquet.params import ParamError
 from bouquet.strategies.params import (
     UPDATE_SELECTOR_NEEDS,
@@ -194,7 +195,9 @@ _SECTIONS = (
                                                    "huber_delta": "forecast-huber-delta"}),
     _Section("personal", PersonalParams, rename={"epochs": "personalize-epochs", "learning_rate": "personalize-learning-rate",
                                                  "layers": "personal-layers", "ditto_lambda": "ditto-lambda",
+                                                 "early_stop": "personalize-early-stop",
                                                  "state_dir": "personal-state-dir"}),
+    _Section("fallback", FallbackParams, rename={"rule": "fallback"}),
     _Section("vision_data", VisionDataParams,
              rename={"dataset": "vision-dataset", "path": "vision-data-path", "partitioner": "vision-partitioner",
                      "seed": "data-seed", "groups": "vision-groups", "num_groups": "vision-num-groups",
@@ -349,6 +352,7 @@ class AppConfig:
     water_model: LSTMParams = field(default_factory=LSTMParams)
     water_train: WaterTrainParams = field(default_factory=WaterTrainParams)
     personal: PersonalParams = field(default_factory=PersonalParams)
+    fallback: FallbackParams = field(default_factory=FallbackParams)
     vision_data: VisionDataParams = field(default_factory=VisionDataParams)
     vision_model: VisionModelParams = field(default_factory=VisionModelParams)
     vision_train: VisionTrainParams = field(default_factory=VisionTrainParams)
@@ -435,9 +439,19 @@ class AppConfig:
         if baseline in PROFILE_BASELINES and self.water_data.household != "profile":
             raise ConfigError(f"run-config 'forecast-baseline': {baseline!r} reads the household's weekday mean, "
                               f"an input of household-inputs = 'profile' (got {self.water_data.household!r})")
-        if baseline == "household" and self.water_data.validation_fraction == 0:
-            raise ConfigError("run-config 'forecast-baseline': 'household' chooses each household's baseline on its "
-                              "validation windows; set validation-fraction > 0")
+        data = self.water_data
+        no_validation = ("validation-fraction > 0" if data.split == "fraction" else "validation-days > 0")
+        if baseline == "household" and not data.has_validation:
+            raise ConfigError(f"run-config 'forecast-baseline': 'household' chooses each household's baseline on its "
+                              f"validation windows; set {no_validation}")
+        if self.fallback.rule != "none" and not data.has_validation:
+            raise ConfigError(f"run-config 'fallback': {self.fallback.rule!r} chooses between the model and the "
+                              f"household's baseline on its validation days; set {no_validation}")
+        if self.fallback.rule != "none" and self.run.task != "water":
+            raise ConfigError("run-config 'fallback': the fallback to a naive forecaster is the water task's")
+        if self.personal.early_stop and not data.has_validation:
+            raise ConfigError(f"run-config 'personalize-early-stop': it keeps the fine-tuning epoch with the lowest "
+                              f"validation MAE; set {no_validation}")
         personal = self.personal
         if personal.active:
             key = next(k for k, on in (("personalize-epochs", personal.epochs > 0),

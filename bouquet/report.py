@@ -3,13 +3,15 @@
     python -m bouquet.report RUN_FOLDER [--out FILE]
 
 Three panels from the run folder's own files (every water run writes one at its end; this command redraws
-it): the learning curve (the held-out MAE of each round's evaluated households, or the training loss when
-the run evaluated only at the end), the skill against the best naive forecaster per round (``1 - MAE / the
-same households' best-naive MAE``, the forecaster the summary names, chosen on validation when the run has
-a validation split), and the test days of three households (best, median and worst skill): actual use, the
-model's forecast and the best naive forecaster's.  The naive forecasts are recomputed from the run's data
-config (:func:`bouquet.experiments.naive_client_forecasts`); a run whose server cannot read the data (each
-node's own file) draws the households without that line.
+it): the learning curve (the held-out MAE of each round's evaluated households: on their validation days
+where the run has a validation split, else on their test days; or the training loss when the run evaluated
+only at the end), the skill against the best naive forecaster per round (``1 - MAE / the same households'
+best-naive MAE`` on the same days, the forecaster the summary names, chosen on validation when the run has a
+validation split), and the test days of three households (best, median and worst skill): actual use, the
+forecast the household is served, and its own baseline (the naive forecaster its validation days chose, the
+one the node falls back to; with ``fallback = "none"`` the summary's best naive forecaster, recomputed from
+the run's data config by :func:`bouquet.experiments.naive_client_forecasts`, where the server can read the
+data).  Where the served forecast is not the model's alone, the model's forecast is drawn too.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ __all__ = ["draw_report", "household_picks", "main", "skill_per_round"]
 log = logging.getLogger(__name__)
 
 
-def skill_per_round(evaluations: pd.DataFrame, clients: pd.DataFrame, naive_column: str) -> pd.DataFrame:
+def skill_per_round(evaluations: pd.DataFrame, clients: pd.DataFrame, naive_column: str,
+                    mae_column: str = "mae-litres") -> pd.DataFrame:
     """Per round: the evaluated households' mean MAE (L/day), their best-naive mean MAE and the skill.
 
-    ``evaluations``: ``evaluate_clients.csv`` (``round``, ``partition-id``, ``mae-litres``); ``clients``:
-    ``clients.csv`` with ``naive_column`` (the final evaluation's naive MAE of each household).
+    ``evaluations``: ``evaluate_clients.csv`` (``round``, ``partition-id``, ``mae_column``: ``mae-litres`` on the
+    test days, or ``val-mae-litres`` on the validation days); ``clients``: ``clients.csv`` with ``naive_column``
+    (the final evaluation's naive MAE of each household on the same days).
     """
     naive = clients.set_index("partition-id")[naive_column]
     rows = []
@@ -41,7 +45,7 @@ def skill_per_round(evaluations: pd.DataFrame, clients: pd.DataFrame, naive_colu
         known = group[group["partition-id"].isin(naive.index)]
         if known.empty:
             continue
-        mae, reference = known["mae-litres"].mean(), naive.loc[known["partition-id"]].mean()
+        mae, reference = known[mae_column].mean(), naive.loc[known["partition-id"]].mean()
         rows.append({"round": int(server_round), "mae-litres": mae, "naive-mae-litres": reference,
                      "skill": 1 - mae / reference if reference > 0 else np.nan})
     return pd.DataFrame(rows, columns=["round", "mae-litres", "naive-mae-litres", "skill"])
@@ -83,15 +87,19 @@ def draw_report(folder: str | Path, out: str | Path | None = None) -> Path:
     grid = fig.add_gridspec(2, 3)
     curve, skill_axis = fig.add_subplot(grid[0, :2]), fig.add_subplot(grid[0, 2])
     evaluations = run.table("evaluate_clients") if run.has("evaluate_clients") else pd.DataFrame()
-    per_round = skill_per_round(evaluations, clients, naive_column) if has_naive and not evaluations.empty \
-        else pd.DataFrame(columns=["round", "mae-litres", "naive-mae-litres", "skill"])
+    on_validation = "val-mae-litres" in evaluations.columns and "mae-litres" not in evaluations.columns
+    round_naive = naive_metric(best, "validation") if on_validation and best else naive_column
+    per_round = pd.DataFrame(columns=["round", "mae-litres", "naive-mae-litres", "skill"])
+    if has_naive and not evaluations.empty and round_naive in clients.columns:
+        per_round = skill_per_round(evaluations, clients, round_naive,
+                                    "val-mae-litres" if on_validation else "mae-litres")
     final = summary["mae-litres-mean"]
     rounds = summary.get("rounds", 0)
     if len(per_round):
         curve.plot(per_round["round"], per_round["mae-litres"], marker=".", label="model (households evaluated)")
         curve.plot(per_round["round"], per_round["naive-mae-litres"], ls=":", color="grey",
                    label=f"{best} (the same households)")
-        curve.set_ylabel("held-out MAE (L/day)")
+        curve.set_ylabel(f"MAE on the {'validation' if on_validation else 'test'} days (L/day)")
     else:  # no per-round evaluation: the training loss is the learning curve
         train = run.rounds("train")
         curve.plot([r["round"] for r in train if "train-loss" in r], [r["train-loss"] for r in train if "train-loss" in r],
@@ -118,19 +126,27 @@ def draw_report(folder: str | Path, out: str | Path | None = None) -> Path:
         axis = fig.add_subplot(grid[1, column])
         days = predictions[predictions["partition-id"] == pid]
         x = pd.to_datetime(days["day"])
-        axis.plot(x, days["actual-litres"], color="black", lw=1.2, label="actual")
-        axis.plot(x, days["predicted-litres"], color="tab:blue", lw=1.2, label="forecast")
-        try:
-            naive = naive_client_forecasts(run, pid, best)
-            axis.plot(pd.to_datetime(naive["day"]), naive["litres"], color="tab:orange", ls=":", label=best)
-        except (OSError, ValueError, KeyError) as error:  # the data lives on the nodes only
-            log.info("report: no naive forecasts for partition %d (%s)", pid, error)
         row = clients[clients["partition-id"] == pid].iloc[0]
-        axis.set_title(f"{label} household ({pid}): MAE {row['mae-litres']:.0f} vs {row[naive_column]:.0f} L/day")
+        axis.plot(x, days["actual-litres"], color="black", lw=1.2, label="actual")
+        axis.plot(x, days["predicted-litres"], color="tab:blue", lw=1.2, label="served forecast")
+        own = str(row.get("baseline", "")) if pd.notna(row.get("baseline", "")) else ""
+        share = float(row.get("served-model-share", 1.0))
+        if "model-litres" in days.columns and share < 1:
+            axis.plot(x, days["model-litres"], color="tab:green", lw=0.8, ls="--", label="model alone")
+        if own and "baseline-litres" in days.columns:
+            axis.plot(x, days["baseline-litres"], color="tab:orange", ls=":", label=f"own baseline: {own}")
+        else:
+            try:
+                naive = naive_client_forecasts(run, pid, best)
+                axis.plot(pd.to_datetime(naive["day"]), naive["litres"], color="tab:orange", ls=":", label=best)
+            except (OSError, ValueError, KeyError) as error:  # the data lives on the nodes only
+                log.info("report: no naive forecasts for partition %d (%s)", pid, error)
+        served = f", model share {share:.2f}" if own else ""
+        axis.set_title(f"{label} household ({pid}): MAE {row['mae-litres']:.0f} vs {row[naive_column]:.0f} L/day"
+                       f"{served}", fontsize=9)
         axis.tick_params(axis="x", labelrotation=45)
         axis.set_ylabel("litres / day")
-        if column == 0:
-            axis.legend(loc="upper left", fontsize=8)
+        axis.legend(loc="upper left", fontsize=7)
     target = Path(out) if out is not None else run.path / "report.png"
     fig.savefig(target, dpi=90)
     plt.close(fig)

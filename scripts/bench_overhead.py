@@ -110,10 +110,9 @@ def _evaluate(job: tuple[int, int, dict[str, np.ndarray], bool]) -> dict[str, fl
     task = _task(partition)
     model = _loaded(task, state)
     rng = np.random.default_rng([_CONFIG.sampling.seed, server_round, partition, 1])  # as client_app.evaluate
-    metrics = task.evaluate(model, rng)
+    metrics = task.evaluate(model, rng, final=final)
     if final:
-        metrics |= task.naive()
-        task.forecasts(model)
+        task.final_arrays(model)
     return metrics
 
 

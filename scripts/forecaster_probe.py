@@ -5,9 +5,11 @@
 
 No federation and no Flower: the pool of the HK study's data layer (``experiments/hk/data``); each of
 ``--households`` households of it (the first, in pool order) trains
-its own LSTM on its own training windows for each epoch budget, once per variant, from the same torch seed,
-and is scored on its own test windows, in litres/day, beside the naive forecasters on the same windows
-(:func:`bouquet.tasks.water.naive_errors`).  Each variant (``--variants``, :data:`VARIANTS`) is a set of
+its own LSTM on its own fit windows for each epoch budget, once per variant, from the same torch seed,
+and is scored on its own validation windows, in litres/day, beside the naive forecasters on the same windows
+(:func:`bouquet.tasks.water.naive_errors`).  The probe reads the design period only: the windows are the
+rolling-origin protocol's at its first origin (``split = "origins"``, ``origin = 0``) with the test period
+locked (``score-test = false``), so no test day reaches it (:data:`PROTOCOL`; a test checks it).  Each variant (``--variants``, :data:`VARIANTS`) is a set of
 run-config keys over the paper's protocol, applied one at a time so each change is measured beside the
 last: ``paper``, ``window-mean`` / ``window-median`` (``forecast-baseline``), ``+l1`` / ``+huber``
 (``forecast-loss``), ``+weekday`` (``calendar-inputs``), ``+profile`` (``household-inputs``), ``improved``
@@ -53,19 +55,22 @@ VARIANTS: dict[str, dict[str, object]] = {
     "improved+64-units": {"forecaster": "improved", "hidden-size": 64},
 }
 ROOT = Path(__file__).resolve().parents[1]
+#: The windows every probe reads: the design period of the rolling-origin protocol, the test period locked
+#: (set last: no variant can change them).
+PROTOCOL: dict[str, object] = {"split": "origins", "origin": 0, "score-test": False}
 
 
 def app_config(data: str, path: str | None, variant: dict[str, object] | None = None) -> AppConfig:
     """The HK study's data layer (``experiments/hk/data/<data>.toml``: the same pool as the studies) with
-    ``variant``'s keys."""
+    ``variant``'s keys, at the protocol's first origin with the test period locked (:data:`PROTOCOL`)."""
     overrides = load_layer(ROOT / "experiments" / "hk", "data", data)
     if "data-path" in overrides:
         overrides["data-path"] = path or str((ROOT / overrides["data-path"]).resolve())
-    return AppConfig.from_run_config({**overrides, **(variant or {})})
+    return AppConfig.from_run_config({**overrides, **(variant or {}), **PROTOCOL})
 
 
 def data_config(data: str, path: str | None):
-    """The water data of :func:`app_config` (the paper's windows)."""
+    """The water data of :func:`app_config` (the design period's windows, the test period locked)."""
     return app_config(data, path).water_data
 
 
@@ -78,7 +83,7 @@ def probe(data: str, path: str | None, households: int, epochs: list[int], varia
     configs = {variant: app_config(data, path, VARIANTS[variant]) for variant in variants}
     rows, frame = [], done
     for index in range(min(households, len(pool))):
-        naive = naive_errors(pool.client(index, config))
+        naive = naive_errors(pool.client(index, config), "validation")
         rows += [{"household": index, "variant": f"naive: {name}", "epochs": 0, "mae": mae}
                  for name, mae in naive.items()]
         for variant in variants:
@@ -93,7 +98,7 @@ def probe(data: str, path: str | None, households: int, epochs: list[int], varia
                 training = dataclasses.replace(chosen.water_train, epochs=budget)
                 train_windows(model, windows, training, np.random.default_rng([seed, index]))
                 rows.append({"household": index, "variant": variant, "epochs": budget,
-                             "mae": evaluate_windows(model, windows)["mae-litres"]})
+                             "mae": evaluate_windows(model, windows, "validation")["mae-litres"]})
         frame = pd.concat([done, pd.DataFrame(rows)], ignore_index=True).drop_duplicates(
             ["household", "variant", "epochs"], keep="first")
         if saved is not None:
@@ -104,9 +109,9 @@ def probe(data: str, path: str | None, households: int, epochs: list[int], varia
 
 def pooled(data: str, path: str | None, households: int, epochs: list[int], variants: list[str], seed: int,
            done: pd.DataFrame) -> pd.DataFrame:
-    """``<variant> (pooled)`` rows: one model trained on every household's training windows at once (shuffled
-    together, ``epochs`` passes) and scored on each household: the centralised reference a federation of the
-    same households would reach if averaging were pooling."""
+    """``<variant> (pooled)`` rows: one model trained on every household's fit windows at once (shuffled
+    together, ``epochs`` passes) and scored on each household's validation windows: the centralised reference
+    a federation of the same households would reach if averaging were pooling."""
     pool = load_pool(data_config(data, path))
     count = min(households, len(pool))
     rows = []
@@ -124,7 +129,7 @@ def pooled(data: str, path: str | None, households: int, epochs: list[int], vari
             train_windows(model, together, dataclasses.replace(chosen.water_train, epochs=budget),
                           np.random.default_rng(seed))
             rows += [{"household": index, "variant": name, "epochs": budget,
-                      "mae": evaluate_windows(model, w)["mae-litres"]} for index, w in enumerate(windows)]
+                      "mae": evaluate_windows(model, w, "validation")["mae-litres"]} for index, w in enumerate(windows)]
             print(f"{name}, {budget} epochs done", flush=True)
     return pd.concat([done, pd.DataFrame(rows)], ignore_index=True)
 

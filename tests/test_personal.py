@@ -117,11 +117,11 @@ def test_a_personal_head_never_leaves_the_node_and_is_used_to_evaluate(tmp_path)
     # evaluation with the personal head differs from the served model's; a node that never trained uses the served
     with_head = _send(evaluate, context, served, 1)["metrics"]
     fresh = _send(evaluate, _context(tmp_path / "other", run_config=run_config), served, 1)["metrics"]
-    assert with_head["mae-litres"] != fresh["mae-litres"]
+    assert with_head["val-mae-litres"] != fresh["val-mae-litres"]
     assert "val-mae-litres" in with_head and with_head["val-num-examples"] > 0
     # restarted node: the head comes back from disk and gives the same evaluation
     restarted = _context(tmp_path, run_config=run_config)
-    assert _send(evaluate, restarted, served, 1)["metrics"]["mae-litres"] == with_head["mae-litres"]
+    assert _send(evaluate, restarted, served, 1)["metrics"]["val-mae-litres"] == with_head["val-mae-litres"]
 
 
 def test_ditto_keeps_a_personal_model_pulled_toward_the_served_one(tmp_path):
@@ -143,7 +143,7 @@ def test_ditto_keeps_a_personal_model_pulled_toward_the_served_one(tmp_path):
     assert any(not np.array_equal(plain[k], own[k]) for k in own)  # the federated update is another model
     evaluated = _send(evaluate, context, served, 1)["metrics"]
     other = _send(evaluate, _context(tmp_path / "x", run_config=context.run_config), served, 1)["metrics"]
-    assert evaluated["mae-litres"] != other["mae-litres"]  # the personal model, not the served one
+    assert evaluated["val-mae-litres"] != other["val-mae-litres"]  # the personal model, not the served one
 
 
 def test_fine_tuning_changes_the_evaluated_model_and_is_deterministic(tmp_path):
@@ -155,7 +155,7 @@ def test_fine_tuning_changes_the_evaluated_model_and_is_deterministic(tmp_path):
     tuned_config = {**base, "personalize-epochs": 3, "personalize-learning-rate": 0.01}
     tuned = _send(evaluate, _context(tmp_path, run_config=tuned_config), served, 2, run=None)["metrics"]
     again = _send(evaluate, _context(tmp_path, run_config=tuned_config), served, 2, run=None)["metrics"]
-    assert tuned["mae-litres"] != plain["mae-litres"] and tuned["mae-litres"] == again["mae-litres"]
+    assert tuned["val-mae-litres"] != plain["val-mae-litres"] and tuned["val-mae-litres"] == again["val-mae-litres"]
 
 
 def test_stateful_personalisation_needs_the_run_named_by_the_server(tmp_path):

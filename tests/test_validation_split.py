@@ -54,20 +54,24 @@ def test_the_validation_windows_are_the_last_training_windows_and_the_test_windo
     np.testing.assert_allclose(split.to_litres(split.y_val), household.litres[7 + 32: 7 + 42], rtol=1e-6)
 
 
-def test_the_profile_inputs_come_from_the_fit_days_only():
+def test_the_profile_inputs_know_only_the_days_before_each_target():
     weekly = np.tile([100.0, 100.0, 100.0, 100.0, 100.0, 300.0, 300.0], 8)
-    weekly[40:] += 1000.0  # the later days (validation and test) use far more: the profile must not know it
+    weekly[40:] += 1000.0  # the later days use far more: a window before day 40 must not know it
     household = HouseholdDaily("h", MONDAY, weekly)
     split = make_windows(household, lookback=7, household_inputs="profile", validation_fraction=0.3)
-    level = float(np.mean(split.y_train))
-    np.testing.assert_allclose(split.x_val[..., 1], level, rtol=1e-6)
-    assert split.to_litres(split.x_test[:, -1, 2]).max() <= 300.0 + 1e-3  # the fit days' weekday means
+    for x, day in zip(np.concatenate([split.x_train, split.x_val, split.x_test]),
+                      np.concatenate([split.train_days, split.val_days, split.test_days])):
+        t = int((day - MONDAY).astype(int))
+        before = split.series[:t]
+        assert x[0, 1] == pytest.approx(np.mean(before), rel=1e-5)  # the level: every day before the target
+        same = before[t - 7::-7]
+        assert x[-1, 2] == pytest.approx(np.mean(same), rel=1e-5)  # the target's weekday: its earlier days
 
 
 def test_a_validation_split_that_leaves_no_fit_window_is_an_error_naming_the_key():
-    household = _household(days=12)  # 5 windows of 7 + 1 days: 4 train, 1 test
-    with pytest.raises(InsufficientDataError, match="validation-fraction 0.9 holds out 4 of its 4"):
-        make_windows(household, lookback=7, min_windows=2, validation_fraction=0.9)
+    household = _household(days=9)  # 2 windows of 7 + 1 days: 1 train, 1 test
+    with pytest.raises(InsufficientDataError, match="validation-fraction 0.5 holds out 1 of its 1"):
+        make_windows(household, lookback=7, min_windows=2, validation_fraction=0.5)
     with pytest.raises(ValueError, match="validation-fraction must be in"):
         WaterDataParams(validation_fraction=0.6)
     config = WaterDataParams(lookback=7, min_windows=2, active_factor=0.0, min_history_days=0,
@@ -87,7 +91,8 @@ def test_the_pool_report_names_and_counts_households_left_out():
     short = HouseholdDaily("short", MONDAY, np.full(15, 100.0))  # 8 windows < 10
     pool = select_pool([_household(hid="a"), short], config)
     report = pool.report.set_index("household")
-    assert report.loc["short", "status"] == "too few windows" and pd_isna(report.loc["short", "partition_id"])
+    assert report.loc["short", "status"].startswith("too few windows (8 complete windows")
+    assert pd_isna(report.loc["short", "partition_id"])
     assert report.loc["a", "validation_windows"] == 8 and report.loc["a", "train_windows"] == 34
 
 
@@ -123,9 +128,9 @@ def test_the_household_baseline_untrained_is_the_naive_blend_and_the_blend_never
     model.blend = blend
     assert "blend" not in str(list(model.state_dict()))  # not a weight: no aggregation averages it
     naive = naive_errors(windows)
-    assert naive["median-weekday blend"] == pytest.approx(naive["train-days weekday mean"])
-    assert evaluate_windows(model, windows)["mae-litres"] == pytest.approx(naive["median-weekday blend"], rel=1e-5)
-    assert naive_errors(windows, "validation")["median-weekday blend"] <= naive_errors(windows, "validation")[
+    assert naive["blend"] == pytest.approx(naive["weekday average"])
+    assert evaluate_windows(model, windows)["mae-litres"] == pytest.approx(naive["blend"], rel=1e-5)
+    assert naive_errors(windows, "validation")["blend"] <= naive_errors(windows, "validation")[
         "window median"]
     model.blend = 0.0
     assert evaluate_windows(model, windows)["mae-litres"] == pytest.approx(naive["window median"], rel=1e-5)
@@ -134,9 +139,9 @@ def test_the_household_baseline_untrained_is_the_naive_blend_and_the_blend_never
 def test_naive_forecasts_on_validation_and_the_blend_only_with_a_split():
     windows = _profile_windows()
     val = naive_litres(windows, "validation")
-    assert set(val) >= {"window median", "train-days weekday mean", "median-weekday blend"}
+    assert set(val) >= {"window median", "weekday average", "blend"}
     assert len(val["window median"]) == len(windows.y_val)
-    assert "median-weekday blend" not in naive_litres(_profile_windows(0.0))
+    assert "blend" not in naive_litres(_profile_windows(0.0))
     with pytest.raises(ValueError, match="no validation split"):
         naive_litres(_profile_windows(0.0), "validation")
     with pytest.raises(ValueError, match="part must be"):
@@ -144,31 +149,33 @@ def test_naive_forecasts_on_validation_and_the_blend_only_with_a_split():
 
 
 def test_the_summary_chooses_the_best_naive_forecaster_on_validation():
-    from bouquet.tasks.water_server import naive_summary
+    from bouquet.tasks.water_server import naive_summary, naive_text
 
     rows = [  # two households; test and validation MAEs of two naive forecasters
-        {"mae-litres": 9.0, "naive-window-median": 10.0, "naive-train-days-mean": 8.0,
-         "naive-val-window-median": 5.0, "naive-val-train-days-mean": 7.0},
-        {"mae-litres": 9.0, "naive-window-median": 12.0, "naive-train-days-mean": 10.0,
-         "naive-val-window-median": 6.0, "naive-val-train-days-mean": 5.0},
+        {"mae-litres": 9.0, "naive-window-median": 10.0, "naive-historic-average": 8.0,
+         "naive-val-window-median": 5.0, "naive-val-historic-average": 7.0, "served": "model"},
+        {"mae-litres": 9.0, "naive-window-median": 12.0, "naive-historic-average": 10.0,
+         "naive-val-window-median": 6.0, "naive-val-historic-average": 5.0, "served": "combined"},
     ]
     s = naive_summary(rows)
-    # on validation the window median wins the pool (5.5 against 6.0), on test the train-days mean would (9 < 11)
-    assert s["naive-val-mae-litres"] == {"window median": 5.5, "train-days mean": 6.0}
+    # on validation the window median wins the pool (5.5 against 6.0), on test the historic average would (9 < 11)
+    assert s["naive-val-mae-litres"] == {"window median": 5.5, "historic average": 6.0}
     assert s["best-naive"] == "window median" and s["best-naive-chosen-on"] == "validation"
-    assert s["best-naive-mae-litres"] == 11.0  # its test MAE, though the train-days mean is better on test (9.0)
+    assert s["best-naive-mae-litres"] == 11.0  # its test MAE, though the historic average is better on test (9.0)
     assert s["skill-vs-best-naive"] == pytest.approx(1 - 9.0 / 11.0)
-    # own best on validation: household 1 the window median (test 10 > 9: beaten), household 2 the train-days
-    # mean (test 10 > 9: beaten); on test, household 1's best is 8 (not beaten)
+    # own best on validation: household 1 the window median (test 10 > 9: beaten), household 2 the historic
+    # average (test 10 > 9: beaten); on test, household 1's best is 8 (not beaten)
     assert s["households-beating-own-best-naive"] == 1.0
     assert s["households-beating-own-best-naive-on-test"] == 0.5
-    from bouquet.tasks.water_server import naive_text
-
+    assert s["served"] == {"model": 1, "combined": 1, "baseline": 0}
     assert naive_text(s) == (" (window median: 11.00 L/day, the best naive forecast on validation; skill +18.2 %; "
-                              "100 % of households beat their own on validation)")
-    plain = naive_summary([{k: v for k, v in r.items() if "-val-" not in k} for r in rows])
-    assert plain["best-naive"] == "train-days mean" and plain["best-naive-chosen-on"] == "test"
+                              "100 % of households beat their own best naive forecast on the test days; served: 1 "
+                              "model, 1 combined, 0 baseline)")
+    plain = naive_summary([{k: v for k, v in r.items() if "-val-" not in k and k != "served"} for r in rows])
+    assert plain["best-naive"] == "historic average" and plain["best-naive-chosen-on"] == "test"
     assert plain["households-beating-own-best-naive"] == 0.5
+    assert "served" not in plain
+    assert naive_summary([{"mae-litres": 1.0, "naive-val-window-median": 2.0}]) == {}  # locked: no test days
 
 
 def test_lstm_weekday_baseline_reads_the_last_channel():

@@ -91,7 +91,7 @@ def test_pool_filters_active_history_and_windows():
     status = dict(zip(pool.report["household"], pool.report["status"]))
     assert status["big"] == "pool"
     assert status["bigshort"].startswith("short history (400 < 730 days)")
-    assert status["biggappy"] == "too few windows"
+    assert status["biggappy"].startswith("too few windows (0 complete windows")
     assert status["low0"].startswith("inactive")
     assert pool.report.set_index("household").loc["big", "partition_id"] == 0
 
@@ -124,7 +124,11 @@ def test_cache_roundtrip_gives_the_same_pool(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"source": "csv"}, "data source must be one of"),
+    ({"source": "parquet"}, "data source must be one of"),
+    ({"split": "random"}, "split must be one of"),
+    ({"split": "origins", "origin": 3}, "origin must be in 0 .. origins - 1 = 2"),
+    ({"origin_days": 0}, "origin-days must be >= 1"),
+    ({"csv_values": "cumulative"}, "csv-values must be one of"),
     ({"scaler": "quantile"}, "scaler must be one of"),
     ({"train_fraction": 1.0}, "train_fraction"),
     ({"min_windows": 1}, "min_windows"),
@@ -141,51 +145,38 @@ def test_a_daiad_source_needs_its_file_when_the_pool_is_loaded_not_before():
         load_pool(config)
 
 
-def test_naive_forecasts_hand_case():
-    from bouquet.tasks.water import naive_forecasts
+def test_the_node_naive_forecasters_read_the_household_series_through_the_scaler():
+    """Each naive forecaster of a node's windows is bouquet.forecasting.naive's on the household's litres: every
+    valid day before the forecast day, not the look-back window alone."""
+    from bouquet.data.water import HouseholdDaily, make_windows
+    from bouquet.forecasting.naive import NaiveParams, naive_forecasts
+    from bouquet.tasks.water import naive_errors, naive_litres
 
-    x = np.arange(24, dtype=np.float32).reshape(2, 12, 1)  # rows 0..11 and 12..23
-    out = naive_forecasts(x)
-    assert out["last value"].tolist() == [11.0, 23.0]
-    assert out["same day last week"].tolist() == [5.0, 17.0]  # 7 days before the target: index 12 - 7
-    assert out["window mean"].tolist() == [5.5, 17.5]
-    spiky = x.copy()
-    spiky[0, 3, 0] = 1000.0  # one spike moves the mean, not the median
-    assert naive_forecasts(spiky)["window median"].tolist() == [6.5, 17.5]  # 0,1,2,4,5,6 | 7,...,1000
-    assert naive_forecasts(spiky)["window mean"][0] == pytest.approx(5.5 + 997 / 12)
-    assert "same day last week" not in naive_forecasts(x[:, :6])  # a 6-day look-back has no last week
-    assert "train-days mean" not in out and naive_forecasts(x, 3.0)["train-days mean"].tolist() == [3.0, 3.0]
-    with pytest.raises(ValueError, match="lookback"):
-        naive_forecasts(x[:, :, 0])
-
-
-def test_naive_errors_are_litre_maes_through_the_scaler():
-    from bouquet.data.water import ClientWindows
-    from bouquet.tasks.water import naive_errors
-
-    x = np.full((3, 12, 1), 0.5, dtype=np.float32)
-    x[:, -1, 0] = [0.1, 0.2, 0.3]
-    y = np.array([0.1, 0.2, 0.4], dtype=np.float32)
-    windows = ClientWindows(x, y, x, y, np.array(["2020-01-01"] * 3, dtype="datetime64[D]"), offset=10.0,
-                            scale=100.0)
-    errors = naive_errors(windows)
-    assert errors["last value"] == pytest.approx(100 * 0.1 / 3)  # only the third misses, by 0.1 scaled
-    assert errors["window mean"] == pytest.approx(100 * np.mean(np.abs(x[:, :, 0].mean(axis=1) - y)), rel=1e-6)
-    # train-days mean: the constant mean of the training targets, (0.1 + 0.2 + 0.4) / 3 scaled
-    assert errors["train-days mean"] == pytest.approx(100 * np.mean(np.abs(0.7 / 3 - y)), rel=1e-6)
+    litres = np.random.default_rng(0).uniform(50, 400, 120)
+    litres[[30, 31, 70]] = np.nan
+    windows = make_windows(HouseholdDaily("h", np.datetime64("2024-01-01"), litres), lookback=12)
+    days = (windows.test_days - np.datetime64("2024-01-01")).astype(np.int64)
+    expected = naive_forecasts(litres, days, NaiveParams(window=12))
+    node = naive_litres(windows)
+    assert list(node) == list(expected)  # no blend without a validation split
+    for name in expected:
+        np.testing.assert_allclose(node[name], expected[name], rtol=1e-9, err_msg=name)
+    actual = litres[days]
+    assert naive_errors(windows)["weekday average"] == pytest.approx(np.mean(np.abs(expected["weekday average"] -
+                                                                                   actual)))
 
 
 def test_the_summary_puts_the_naive_forecasters_beside_the_model():
     from bouquet.tasks.water_server import naive_summary, naive_text
 
-    rows = [{"mae-litres": 10.0, "naive-last-value": 12.0, "naive-window-mean": 8.0},
-            {"mae-litres": 20.0, "naive-last-value": 30.0, "naive-window-mean": 25.0}]
+    rows = [{"mae-litres": 10.0, "naive-last-value": 12.0, "naive-window-average": 8.0},
+            {"mae-litres": 20.0, "naive-last-value": 30.0, "naive-window-average": 25.0}]
     summary = naive_summary(rows)
-    assert summary["naive-mae-litres"] == {"last value": 21.0, "window mean": 16.5}
-    assert summary["best-naive"] == "window mean" and summary["best-naive-mae-litres"] == 16.5
+    assert summary["naive-mae-litres"] == {"last value": 21.0, "window average": 16.5}
+    assert summary["best-naive"] == "window average" and summary["best-naive-mae-litres"] == 16.5
     assert summary["skill-vs-best-naive"] == pytest.approx(1 - 15.0 / 16.5)
     assert summary["households-beating-own-best-naive"] == 0.5  # 10 > 8, 20 < 25
-    assert naive_text(summary) == " (window mean: 16.50 L/day, the best naive forecast; skill +9.1 %)"
+    assert naive_text(summary).startswith(" (window average: 16.50 L/day, the best naive forecast; skill +9.1 %")
     assert naive_summary([{"mae-litres": 1.0}]) == {} and naive_text({}) == ""
 
 
@@ -193,9 +184,10 @@ def test_window_mean_baseline_starts_as_the_naive_forecaster_and_learns_the_rest
     import torch
 
     from bouquet.config import AppConfig, ConfigError
-    from bouquet.tasks.water import LSTMForecaster, naive_forecasts, predict
+    from bouquet.tasks.water import LSTMForecaster, predict
 
     x = np.random.default_rng(0).uniform(0, 1, size=(5, 12, 1)).astype(np.float32)
+    window_mean = x[:, :, 0].mean(axis=1)
     torch.manual_seed(3)
     paper = LSTMForecaster(8, 1)
     torch.manual_seed(3)
@@ -203,10 +195,10 @@ def test_window_mean_baseline_starts_as_the_naive_forecaster_and_learns_the_rest
     for name, value in paper.state_dict().items():  # the same draws: only the output layer is zeroed
         if not name.startswith("head."):
             assert torch.equal(value, residual.state_dict()[name])
-    np.testing.assert_allclose(predict(residual, x), naive_forecasts(x)["window mean"], rtol=1e-6)
+    np.testing.assert_allclose(predict(residual, x), window_mean, rtol=1e-6)
     with torch.no_grad():
         residual.head.bias.fill_(0.25)  # whatever the network adds, on top of the window mean
-    np.testing.assert_allclose(predict(residual, x), naive_forecasts(x)["window mean"] + 0.25, rtol=1e-6)
+    np.testing.assert_allclose(predict(residual, x), window_mean + 0.25, rtol=1e-6)
     assert list(paper.state_dict()) == list(residual.state_dict())  # the same arrays travel
     assert AppConfig.from_run_config({"forecast-baseline": "window-mean"}).water_model.baseline == "window-mean"
     with pytest.raises(ConfigError, match="forecast-baseline"):
@@ -216,12 +208,12 @@ def test_window_mean_baseline_starts_as_the_naive_forecaster_and_learns_the_rest
 def test_window_median_baseline_starts_as_the_naive_window_median_over_calendar_inputs():
     import torch
 
-    from bouquet.tasks.water import LSTMForecaster, naive_forecasts, predict
+    from bouquet.tasks.water import LSTMForecaster, predict
 
     use = np.array([[1.0, 5.0, 2.0, 8.0], [0.0, 0.0, 3.0, 1.0]])  # even look-back: the two middle values' mean
     calendar = np.zeros((2, 4, 2))
     x = np.concatenate([use[..., None], calendar], axis=-1).astype(np.float32)
-    assert naive_forecasts(x)["window median"].tolist() == [3.5, 0.5]
+    assert np.median(use, axis=1).tolist() == [3.5, 0.5]
     model = LSTMForecaster(8, 1, baseline="window-median", input_size=3)
     np.testing.assert_allclose(predict(model, x), [3.5, 0.5], rtol=1e-6)
     assert model.lstm.input_size == 3
@@ -274,26 +266,33 @@ def test_weekday_inputs_and_robust_scaling_by_hand():
 
 
 def test_household_profile_inputs_and_the_weekday_naive_forecaster_by_hand():
-    from bouquet.data.water import HouseholdDaily, make_windows, weekday_profile
+    from bouquet.data.water import HouseholdDaily, history_profile, make_windows, weekday_profile
     from bouquet.tasks.water import naive_errors, naive_litres
 
     monday = np.datetime64("2026-12-07")
     np.testing.assert_allclose(weekday_profile([1.0, 2.0, 3.0, 5.0], monday + np.array([0, 1, 7, 8])),
                                [2.0, 3.5, 2.75, 2.75, 2.75, 2.75, 2.75])  # Mon, Tue; the rest: overall mean
+    # as known the morning of each target: day 9 (a Wednesday) has seen days 0..8
+    series = np.array([1.0, 2, 3, 4, 5, 6, 7, 8, np.nan, 10])
+    level, profile = history_profile(series, monday, np.array([2, 9]))
+    np.testing.assert_allclose(level, [1.5, 36 / 8])
+    np.testing.assert_allclose(profile[0], [1, 2, 1.5, 1.5, 1.5, 1.5, 1.5])  # Mon, Tue; others: the level
+    np.testing.assert_allclose(profile[1], [(1 + 8) / 2, 2, 3, 4, 5, 6, 7])  # day 8 (Tue) is missing
     weekly = np.tile([100.0, 100.0, 100.0, 100.0, 100.0, 300.0, 300.0], 8)  # weekends use three times more
     household = HouseholdDaily("h", monday, weekly)
     plain = make_windows(household, lookback=7, train_fraction=0.5)
     windows = make_windows(household, lookback=7, train_fraction=0.5, household_inputs="profile")
     assert windows.x_train.shape[2] == 3
     np.testing.assert_array_equal(windows.x_train[..., 0], plain.x_train[..., 0])
-    train_mean = float(np.mean(windows.y_train))
-    np.testing.assert_allclose(windows.x_test[..., 1], train_mean, rtol=1e-6)  # the same level in every step
+    scaled = windows.series
+    first = 7 + len(windows.y_train)  # the first test target
+    np.testing.assert_allclose(windows.x_test[0, :, 1], np.mean(scaled[:first]), rtol=1e-6)  # every day before it
     # the last step carries the target's weekday mean: exactly the target here (a perfectly weekly household)
     np.testing.assert_allclose(windows.x_test[:, -1, 2], windows.y_test, atol=1e-6)
     np.testing.assert_array_equal(windows.train_days, monday + 7 + np.arange(len(windows.y_train)))
-    assert naive_errors(windows)["train-days weekday mean"] == pytest.approx(0.0, abs=1e-6)
-    np.testing.assert_allclose(naive_litres(windows)["train-days weekday mean"], weekly[7 + 24:], rtol=1e-6)
-    with pytest.raises(ValueError, match="household inputs"):
+    assert naive_errors(windows)["weekday average"] == pytest.approx(0.0, abs=1e-6)
+    np.testing.assert_allclose(naive_litres(windows)["weekday average"], weekly[first:], rtol=1e-6)
+    with pytest.raises(ValueError, match="household-inputs"):
         make_windows(household, lookback=7, household_inputs="history")
 
 

@@ -155,17 +155,17 @@ def read_daiad(path: str | Path, chunk_rows: int = 2_000_000) -> pd.DataFrame:
     chunks = []
     rows_before = 0
     with _open_text(path) as handle:
-        reader = pd.read_csv(
-            handle,
-            sep=";",
-            header=0,
-            names=list(header),
-            usecols=["household", "timestamp", "diff"],
-            dtype="string",
-            chunksize=chunk_rows,
-            on_bad_lines="error",
-        )
-        try:
+        try:  # pandas 2 decodes the first chunk when the reader is made, pandas 3 when it is read
+            reader = pd.read_csv(
+                handle,
+                sep=";",
+                header=0,
+                names=list(header),
+                usecols=["household", "timestamp", "diff"],
+                dtype="string",
+                chunksize=chunk_rows,
+                on_bad_lines="error",
+            )
             for chunk in reader:
                 chunks.append(_parse_chunk(chunk, path, rows_before))
                 rows_before += len(chunk)

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from bouquet.data.daiad import CleaningParams, clean_to_daily, read_daiad
+from bouquet.data.meters import read_meters
 from bouquet.data.synthetic import SyntheticParams, generate_population
 from bouquet.params import require
 
@@ -32,18 +33,24 @@ __all__ = [
     "ClientWindows",
     "HouseholdDaily",
     "InsufficientDataError",
+    "Layout",
+    "TestPeriodLocked",
     "WaterDataParams",
     "WaterPool",
     "build_pool",
     "fit_scaler",
     "forget_pools",
     "global_scaler",
+    "history_profile",
+    "layout_problem",
     "load_pool",
     "make_windows",
     "select_pool",
+    "split_layout",
     "weekday_inputs",
     "weekday_of",
     "weekday_profile",
+    "window_inputs",
 ]
 
 log = logging.getLogger(__name__)
@@ -52,7 +59,13 @@ SCALERS = ("minmax", "zscore", "robust")
 CALENDAR_INPUTS = ("none", "weekday")
 #: What each look-back step may carry about the household's own training days (``WaterDataParams.household``).
 HOUSEHOLD_INPUTS = ("none", "profile")
-SOURCES = ("synthetic", "daiad")
+SOURCES = ("synthetic", "daiad", "csv")
+#: How a household's days are split into fit, validation and test days (``WaterDataParams.split``).
+SPLITS = ("fraction", "origins")
+#: What the ``y`` column of a ``data-source = "csv"`` file holds (``WaterDataParams.csv_values``).
+CSV_VALUES = ("volume", "reading")
+#: The fewest validation and test windows a household needs at every origin of ``split = "origins"``.
+MIN_HELD_WINDOWS = 7
 #: Whose training days the scaler is fitted on (``WaterDataParams.scaling``).
 SCALINGS = ("household", "global")
 
@@ -90,10 +103,14 @@ class WaterDataParams:
 
     Parameters
     ----------
-    source : {"synthetic", "daiad"}
-        ``synthetic`` needs no file; ``daiad`` reads ``path``.
+    source : {"synthetic", "daiad", "csv"}
+        ``synthetic`` needs no file; ``daiad`` reads ``path``, a DAIAD trial file; ``csv`` reads ``path`` in the
+        forecasting field's long format (``unique_id, ds, y``: :mod:`bouquet.data.meters`).
     path : str
-        DAIAD ``.csv`` or ``.zip`` (``source = "daiad"``).
+        DAIAD ``.csv`` or ``.zip`` (``source = "daiad"``), or a long-format ``.csv`` (``source = "csv"``).
+    csv_values : {"volume", "reading"}, default "volume"
+        ``csv-values``: what ``y`` holds in a ``csv`` file: the litres used in the period that ends at ``ds``
+        (one row a day: the day's use), or the meter's cumulative reading at ``ds``.
     synthetic : SyntheticParams
         The generator of ``source = "synthetic"``; its ``seed`` (``data-seed``) also orders a DAIAD pool:
         0 keeps the households in id order, another value shuffles which household is which partition id
@@ -108,8 +125,29 @@ class WaterDataParams:
         two years).  The 92-household DAIAD file spans one year: use <= 365.
     lookback : int, default 12
         Look-back window L in days.
+    split : {"fraction", "origins"}, default "fraction"
+        How a household's windows are split.  ``fraction`` is the paper's: the first ``train_fraction`` of its
+        windows train (the last ``validation_fraction`` of those validate), the rest test.  ``origins`` is the
+        forecasting field's rolling origin: the last ``origins x origin_days`` days of each household's series
+        are ``origins`` consecutive test blocks; a run forecasts block ``origin`` (0: the earliest) one day at a
+        time from the actuals before each day, trained on every day before the block (an expanding window)
+        but the last ``validation_days``, which validate (:func:`split_layout`).
+    origins : int, default 3
+        Test blocks at the end of each household's series (``split = "origins"``).
+    origin : int, default 0
+        The block this run forecasts, 0 .. ``origins - 1`` (0: the earliest; every choice of a study is made on
+        the validation days before it, the design period).
+    origin_days : int, default 28
+        Days in each test block.
+    validation_days : int, default 56
+        Days before the block's first day whose windows validate (``split = "origins"``).
+    score_test : bool, default True
+        ``score-test``.  False locks the test period: the windows hold no test window and the household's
+        series ends before the first test day, so nothing of the test days reaches the node (a study's tuning
+        runs and every probe; :class:`TestPeriodLocked`).
     train_fraction : float, default 0.8
-        Chronological share of each household's windows used for training; the rest are the test windows.
+        Chronological share of each household's windows used for training; the rest are the test windows
+        (``split = "fraction"``).
     validation_fraction : float, default 0.0
         ``validation-fraction``: the share of each household's training windows, the last ones in time, held
         out as validation windows (at least one when > 0).  The test windows do not change.  Every choice of
@@ -146,11 +184,18 @@ class WaterDataParams:
 
     source: str = "synthetic"
     path: str = ""
+    csv_values: str = "volume"
     synthetic: SyntheticParams = field(default_factory=SyntheticParams)
     cleaning: CleaningParams = field(default_factory=CleaningParams)
     active_factor: float = 1.6
     min_history_days: int = 730
     lookback: int = 12
+    split: str = "fraction"
+    origins: int = 3
+    origin: int = 0
+    origin_days: int = 28
+    validation_days: int = 56
+    score_test: bool = True
     train_fraction: float = 0.8
     validation_fraction: float = 0.0
     min_windows: int = 10
@@ -161,6 +206,14 @@ class WaterDataParams:
 
     def __post_init__(self) -> None:
         require(self.source in SOURCES, "source", f"data source must be one of {SOURCES}, got {self.source!r}")
+        require(self.csv_values in CSV_VALUES, "csv_values",
+                f"csv-values must be one of {', '.join(CSV_VALUES)}, got {self.csv_values!r}")
+        require(self.split in SPLITS, "split", f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        require(self.origins >= 1, "origins", f"origins must be >= 1, got {self.origins}")
+        require(0 <= self.origin < self.origins, "origin",
+                f"origin must be in 0 .. origins - 1 = {self.origins - 1}, got {self.origin}")
+        require(self.origin_days >= 1, "origin_days", f"origin-days must be >= 1, got {self.origin_days}")
+        require(self.validation_days >= 0, "validation_days", f"validation-days must be >= 0, got {self.validation_days}")
         require(self.scaler in SCALERS, "scaler", f"scaler must be one of {SCALERS}, got {self.scaler!r}")
         require(self.scaling in SCALINGS, "scaling", f"scaling must be one of {SCALINGS}, got {self.scaling!r}")
         require(self.calendar in CALENDAR_INPUTS, "calendar",
@@ -183,10 +236,15 @@ class WaterDataParams:
         """Inputs per look-back step of the windows this config makes (the forecaster's input size)."""
         return 1 + (2 if self.calendar == "weekday" else 0) + (2 if self.household == "profile" else 0)
 
+    @property
+    def has_validation(self) -> bool:
+        """Whether the windows this config makes hold validation windows."""
+        return self.validation_fraction > 0 if self.split == "fraction" else self.validation_days > 0
+
     def require_path(self) -> None:
         """Raise ValueError when the source needs a file and none is named (deployment names one per node)."""
-        if self.source == "daiad" and not self.path:
-            raise ValueError("data source 'daiad' needs a data path (run config 'data-path' or node config)")
+        if self.source != "synthetic" and not self.path:
+            raise ValueError(f"data source {self.source!r} needs a data path (run config 'data-path' or node config)")
 
     def cache_key(self) -> str:
         """Stable hash of every field, of the pipeline's source code, and of the data file's size and mtime.
@@ -196,7 +254,7 @@ class WaterDataParams:
         """
         payload = asdict(self)
         payload["code"] = _pipeline_source_hash()
-        if self.source == "daiad":
+        if self.source != "synthetic":
             stat = Path(self.path).stat()
             payload["file"] = [str(Path(self.path).resolve()), stat.st_size, stat.st_mtime_ns]
         else:
@@ -205,22 +263,28 @@ class WaterDataParams:
 
 
 def _pipeline_source_hash() -> str:
-    from bouquet.data import daiad, synthetic
+    from bouquet.data import daiad, meters, synthetic
 
     digest = hashlib.sha256()
-    for module_file in (daiad.__file__, synthetic.__file__, __file__):
+    for module_file in (daiad.__file__, synthetic.__file__, meters.__file__, __file__):
         digest.update(Path(module_file).read_bytes())
     return digest.hexdigest()
 
 
+class TestPeriodLocked(RuntimeError):
+    """The test period was asked for where it is locked (``score-test = false``: a study's tuning, a probe)."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+
 @dataclass(frozen=True)
 class ClientWindows:
-    """Supervised windows of one household, scaled.
+    """Supervised windows of one household, scaled, and the household's daily series they come from.
 
     Attributes
     ----------
     x_train, x_test : numpy.ndarray, shape (n, lookback, channels), float32
-        Channel 0 is the scaled use of each look-back day; calendar inputs follow
+        Channel 0 is the scaled use of each look-back day; calendar and household inputs follow
         (:attr:`WaterDataParams.input_channels`).  With a validation split, ``x_train`` holds the fit
         windows only (the training windows before the validation ones).
     y_train, y_test : numpy.ndarray, shape (n,), float32
@@ -231,8 +295,16 @@ class ClientWindows:
     train_days : numpy.ndarray of datetime64[D], shape (n_train,), optional
         Calendar day of each training target.
     x_val, y_val, val_days : numpy.ndarray, optional
-        The validation windows (``validation-fraction``), between the fit and the test windows in time;
-        ``None`` without a validation split.
+        The validation windows, between the fit and the test windows in time; ``None`` without a validation
+        split.
+    series : numpy.ndarray, shape (days,), float64, optional
+        The household's scaled daily use from ``first_day`` to the last day this node may see (NaN where a
+        day is missing): the test block's last day, or, with the test period locked, the day before its first.
+        The naive forecasters read it (every valid day before the day they forecast).
+    first_day : numpy.datetime64, optional
+    test_locked : bool
+        The test period is locked (``score-test = false``): the test arrays are empty and reading them raises
+        :class:`TestPeriodLocked`.
     """
 
     x_train: np.ndarray
@@ -246,6 +318,9 @@ class ClientWindows:
     x_val: np.ndarray | None = None
     y_val: np.ndarray | None = None
     val_days: np.ndarray | None = None
+    series: np.ndarray | None = None
+    first_day: np.datetime64 | None = None
+    test_locked: bool = False
 
     @property
     def has_validation(self) -> bool:
@@ -255,6 +330,22 @@ class ClientWindows:
     def to_litres(self, scaled: np.ndarray) -> np.ndarray:
         """Invert the scaler."""
         return np.asarray(scaled, dtype=np.float64) * self.scale + self.offset
+
+    def to_scaled(self, litres: np.ndarray) -> np.ndarray:
+        """Apply the scaler."""
+        return (np.asarray(litres, dtype=np.float64) - self.offset) / self.scale
+
+    def day_index(self, days: np.ndarray) -> np.ndarray:
+        """Positions of ``days`` in :attr:`series`."""
+        if self.first_day is None:
+            raise ValueError("these windows carry no daily series (built without first_day)")
+        return (np.asarray(days).astype("datetime64[D]") - np.datetime64(self.first_day, "D")).astype(np.int64)
+
+    def require_test(self) -> None:
+        """Raise :class:`TestPeriodLocked` when the test period is locked."""
+        if self.test_locked:
+            raise TestPeriodLocked("the test period is locked (score-test = false): this run scores validation "
+                                   "days only; a study scores test days once, through its final evaluation")
 
 
 def _complete_windows(litres: np.ndarray, lookback: int) -> np.ndarray:
@@ -289,6 +380,26 @@ def weekday_profile(values: np.ndarray, days: np.ndarray) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), overall)
 
 
+def history_profile(series: np.ndarray, first_day: np.datetime64, targets: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The household inputs as known the morning of each target day ``t``: the mean of every valid day before
+    ``t`` (shape (n,)), and the mean of every valid day before ``t`` on each weekday (shape (n, 7), Monday 0;
+    a weekday with no such day gets the first mean).  Prefix sums: O(days + targets)."""
+    series = np.asarray(series, dtype=np.float64)
+    targets = np.asarray(targets, dtype=np.int64)
+    valid = np.isfinite(series)
+    values = np.where(valid, series, 0.0)
+    weekday = weekday_of(np.datetime64(first_day, "D") + np.arange(len(series)))
+    onehot = (weekday[:, None] == np.arange(7)[None, :])
+    sums = np.vstack([np.zeros((1, 7)), np.cumsum(onehot * values[:, None], axis=0)])  # row i: days < i
+    counts = np.vstack([np.zeros((1, 7)), np.cumsum(onehot & valid[:, None], axis=0)])
+    total, count = sums[targets].sum(axis=1), counts[targets].sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        level = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+        profile = np.where(counts[targets] > 0, sums[targets] / np.maximum(counts[targets], 1), level[:, None])
+    return level, profile
+
+
 def _train_windows(n_windows: int, train_fraction: float) -> int:
     return min(max(int(np.floor(train_fraction * n_windows)), 1), n_windows - 1)
 
@@ -301,16 +412,53 @@ def validation_windows(n_train: int, validation_fraction: float) -> int:
     return max(round(validation_fraction * n_train), 1)
 
 
-def _fit_windows(n_windows: int, config_train: float, config_validation: float) -> tuple[int, int]:
-    """(fit windows, validation windows) of a household with ``n_windows`` complete windows."""
-    n_train = _train_windows(n_windows, config_train)
-    n_val = validation_windows(n_train, config_validation)
-    return n_train - n_val, n_val
+@dataclass(frozen=True)
+class Layout:
+    """Which of a household's complete windows fit, validate and test (positions in its target list), and the
+    day its visible series ends before (``visible``: the test block's end + 1, or its first day when locked)."""
+
+    fit: slice
+    validation: slice
+    test: slice
+    visible: int
+    test_start: int
+
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        return tuple(s.stop - s.start for s in (self.fit, self.validation, self.test))  # type: ignore[return-value]
 
 
-def _fit_days(litres: np.ndarray, targets: np.ndarray, n_train: int) -> np.ndarray:
-    """The valid days up to the last training target: what a scaler may see."""
-    days = litres[: targets[n_train - 1] + 1]
+def split_layout(litres: np.ndarray, targets: np.ndarray, config: WaterDataParams, origin: int | None = None
+                 ) -> Layout:
+    """The fit / validation / test windows of a household whose complete windows have the target days
+    ``targets`` (:func:`_complete_windows`), under ``config.split``, at ``origin`` (default ``config.origin``).
+
+    ``fraction``: the first ``floor(train_fraction n)`` windows train (the last ``validation_fraction`` of them
+    validate), the rest test.  ``origins``: with ``e`` the household's last valid day and ``D = origin_days``,
+    block ``k`` holds the days ``e - (origins - k) D + 1 .. e - (origins - k - 1) D``; its windows test, the
+    windows whose target is in the ``validation_days`` days before the block validate, and the earlier ones
+    fit; windows after the block do not exist for this run."""
+    n = len(targets)
+    if config.split == "fraction":
+        n_train = _train_windows(n, config.train_fraction) if n >= 2 else n
+        n_val = validation_windows(n_train, config.validation_fraction)
+        start = int(targets[n_train]) if n_train < n else len(litres)
+        return Layout(slice(0, n_train - n_val), slice(n_train - n_val, n_train), slice(n_train, n), len(litres),
+                      start)
+    origin = config.origin if origin is None else origin
+    valid = np.flatnonzero(np.isfinite(litres))
+    end = int(valid[-1]) if len(valid) else -1
+    start = end - (config.origins - origin) * config.origin_days + 1
+    stop = start + config.origin_days  # first day after the block
+    val_start = start - config.validation_days
+    cut = np.searchsorted(targets, [val_start, start, stop], side="left")
+    return Layout(slice(0, int(cut[0])), slice(int(cut[0]), int(cut[1])), slice(int(cut[1]), int(cut[2])),
+                  min(stop, len(litres)), start)
+
+
+def _fit_days(litres: np.ndarray, targets: np.ndarray, n_fit: int) -> np.ndarray:
+    """The valid days up to the last fit target: what a scaler may see."""
+    days = litres[: targets[n_fit - 1] + 1]
     return days[np.isfinite(days)]
 
 
@@ -329,13 +477,13 @@ def fit_scaler(days: np.ndarray, scaler: str = "minmax") -> tuple[float, float]:
 
 
 def global_scaler(households: list[HouseholdDaily], config: WaterDataParams) -> tuple[float, float]:
-    """The scaler of ``scaling = "global"``: fitted on every household's training days, pooled."""
+    """The scaler of ``scaling = "global"``: fitted on every household's fit days, pooled."""
     pieces = []
     for household in households:
         litres = np.asarray(household.litres, dtype=np.float64)
         targets = _complete_windows(litres, config.lookback)
         if len(targets) >= 2:
-            n_fit, _ = _fit_windows(len(targets), config.train_fraction, config.validation_fraction)
+            n_fit = split_layout(litres, targets, config).fit.stop
             if n_fit >= 1:
                 pieces.append(_fit_days(litres, targets, n_fit))
     if not pieces:
@@ -343,72 +491,129 @@ def global_scaler(households: list[HouseholdDaily], config: WaterDataParams) -> 
     return fit_scaler(np.concatenate(pieces), config.scaler)
 
 
+def layout_problem(household: HouseholdDaily, config: WaterDataParams) -> str | None:
+    """Why ``household`` cannot be a pool member under ``config`` (too few windows overall, or too few fit,
+    validation or test windows at some origin of ``split = "origins"``), or None."""
+    litres = np.asarray(household.litres, dtype=np.float64)
+    targets = _complete_windows(litres, config.lookback)
+    if len(targets) < max(config.min_windows, 2):
+        return (f"{len(targets)} complete windows from {household.valid_days} valid days; needs at least "
+                f"{max(config.min_windows, 2)} windows of {config.lookback} + 1 consecutive valid days")
+    origins = range(config.origins) if config.split == "origins" else [None]
+    for origin in origins:
+        n_fit, n_val, n_test = split_layout(litres, targets, config, origin).counts
+        where = f"origin {origin}: " if origin is not None else ""
+        if config.split == "origins":
+            need = [("fit", n_fit, max(config.min_windows, 1)),
+                    ("validation", n_val, MIN_HELD_WINDOWS if config.validation_days else 0),
+                    ("test", n_test, MIN_HELD_WINDOWS)]
+            short = [f"{n} {name} windows (< {least})" for name, n, least in need if n < least]
+            if short:
+                return where + ", ".join(short)
+        elif n_fit < 1:
+            return (f"validation-fraction {config.validation_fraction} holds out {n_val} of its {n_fit + n_val} "
+                    f"training windows, which leaves none to train on")
+    return None
+
+
+def window_inputs(series: np.ndarray, first_day: np.datetime64, targets: np.ndarray, config: WaterDataParams
+                  ) -> np.ndarray:
+    """The inputs of the windows whose targets are the days ``targets`` of ``series`` (scaled, day 0 is
+    ``first_day``), shape (n, lookback, :attr:`WaterDataParams.input_channels`), float64.
+
+    Channel 0 is the use of days ``t - L .. t - 1``; ``calendar = "weekday"`` adds the sine and cosine of the
+    weekday of the day after each step; ``household = "profile"`` adds what is known the morning of day ``t``:
+    the mean of every valid day before ``t``, and the mean of every valid day before ``t`` on the weekday of
+    the day after each step (:func:`history_profile`).  ``t`` may be ``len(series)``: the day after the series
+    (a forecast of tomorrow)."""
+    lookback = config.lookback
+    targets = np.asarray(targets, dtype=np.int64)
+    x = series[targets[:, None] - lookback + np.arange(lookback)[None, :]][..., None]
+    # step j of window t is day t - L + j; calendar and profile inputs describe the day after it
+    following = first_day + (targets[:, None] - lookback + 1 + np.arange(lookback)[None, :])
+    if config.calendar == "weekday":
+        x = np.concatenate([x, weekday_inputs(following)], axis=-1)
+    if config.household == "profile":  # as known the morning of each target day
+        level, profile = history_profile(series, first_day, targets)
+        step_profile = np.take_along_axis(profile, weekday_of(following), axis=1)
+        x = np.concatenate([x, np.repeat(level[:, None], lookback, axis=1)[..., None], step_profile[..., None]],
+                           axis=-1)
+    return x
+
+
 def make_windows(household: HouseholdDaily, lookback: int = 12, train_fraction: float = 0.8,
                  scaler: str = "minmax", min_windows: int = 2, calendar: str = "none",
                  household_inputs: str = "none", fit: tuple[float, float] | None = None,
-                 validation_fraction: float = 0.0) -> ClientWindows:
+                 validation_fraction: float = 0.0, *, config: WaterDataParams | None = None) -> ClientWindows:
     """Look-back windows with one-step-ahead targets, split chronologically.
 
-    Window ``t`` has inputs days ``t-L .. t-1`` and target day ``t``; only
-    windows whose L+1 days are all valid exist (gaps are never filled).  The
-    first ``floor(train_fraction * n)`` windows (by target day) train, the rest
-    test.  With ``validation_fraction`` > 0 the last :func:`validation_windows` of the training windows
-    are validation windows and the ones before them the fit windows.  The scaler is fitted on the valid
-    days up to the last fit target, so nothing after it (no validation or test target) reaches the
-    normaliser; the household profile inputs come from the fit targets only.
-    ``fit`` = (offset, scale) uses that scaler instead (``scaling = "global"``,
-    :func:`global_scaler`).
+    Window ``t`` has inputs days ``t-L .. t-1`` and target day ``t``; only windows whose L+1 days are all valid
+    exist (gaps are never filled).  With ``config`` its fields say everything (the split, the origin, the
+    inputs, ``score_test``); without it the other arguments make a ``split = "fraction"`` config: the first
+    ``floor(train_fraction * n)`` windows (by target day) train, the rest test, and with
+    ``validation_fraction`` > 0 the last :func:`validation_windows` of the training windows validate.  The
+    scaler is fitted on the valid days up to the last fit target, so nothing after it reaches the normaliser.
+    ``fit`` = (offset, scale) uses that scaler instead (``scaling = "global"``, :func:`global_scaler`).
+
+    The household inputs (``profile``) of window ``t`` are what is known the morning of day ``t``: the mean of
+    every valid day before ``t`` and the mean of every valid day before ``t`` on the weekday of the day after
+    each look-back step (:func:`history_profile`), so the profile's last step is the naive ``weekday
+    average`` of the target.  With the test period locked (``score_test`` false) no test window is made and
+    the series ends before the first test day.
 
     Raises
     ------
     InsufficientDataError
-        Fewer than ``min_windows`` windows (names the household, its valid
-        days and the minimum), or a validation share that leaves no fit window.
+        Too few windows (names the household, its valid days and the minimum), or a split that leaves no fit
+        window, or (``origins``) too few fit, validation or test windows at the run's origin.
     """
-    if scaler not in SCALERS:
-        raise ValueError(f"scaler must be one of {SCALERS}, got {scaler!r}")
-    if calendar not in CALENDAR_INPUTS:
-        raise ValueError(f"calendar inputs must be one of {CALENDAR_INPUTS}, got {calendar!r}")
-    if household_inputs not in HOUSEHOLD_INPUTS:
-        raise ValueError(f"household inputs must be one of {HOUSEHOLD_INPUTS}, got {household_inputs!r}")
+    if config is None:
+        config = WaterDataParams(lookback=lookback, train_fraction=train_fraction, scaler=scaler,
+                                 min_windows=max(min_windows, 2), calendar=calendar, household=household_inputs,
+                                 validation_fraction=validation_fraction)
+    lookback = config.lookback
     litres = np.asarray(household.litres, dtype=np.float64)
     targets = _complete_windows(litres, lookback)
-    if len(targets) < max(min_windows, 2):
+    if len(targets) < max(config.min_windows, 2):
         raise InsufficientDataError(
             f"household {household.household_id}: {len(targets)} complete windows from "
-            f"{household.valid_days} valid days; needs at least {max(min_windows, 2)} windows of "
+            f"{household.valid_days} valid days; needs at least {max(config.min_windows, 2)} windows of "
             f"{lookback} + 1 consecutive valid days"
         )
-    n_train = _train_windows(len(targets), train_fraction)
-    n_val = validation_windows(n_train, validation_fraction)
-    n_fit = n_train - n_val
+    layout = split_layout(litres, targets, config)
+    n_fit, n_val, n_test = layout.counts
     if n_fit < 1:
         raise InsufficientDataError(
-            f"household {household.household_id}: validation-fraction {validation_fraction} holds out {n_val} of its "
-            f"{n_train} training windows, which leaves none to train on")
-    offset, scale = fit if fit is not None else fit_scaler(
-        _fit_days(litres, targets, n_fit), scaler)
-    scaled = (litres - offset) / scale
-    inputs = scaled[targets[:, None] - lookback + np.arange(lookback)[None, :]]
-    x = inputs[..., None]
-    y = scaled[targets]
-    target_days = household.first_day + targets
-    # step j of window t is day t - L + j; calendar and profile inputs describe the day after it
-    following = household.first_day + (targets[:, None] - lookback + 1 + np.arange(lookback)[None, :])
-    if calendar == "weekday":
-        x = np.concatenate([x, weekday_inputs(following)], axis=-1)
-    if household_inputs == "profile":  # from the fit targets only
-        profile = weekday_profile(y[:n_fit], target_days[:n_fit])
-        weekday = weekday_of(following)
-        level = np.full(following.shape, float(np.mean(y[:n_fit])))
-        x = np.concatenate([x, level[..., None], profile[weekday][..., None]], axis=-1)
+            f"household {household.household_id}: " + (
+                f"validation-fraction {config.validation_fraction} holds out {n_val} of its {n_fit + n_val} "
+                f"training windows, which leaves none to train on" if config.split == "fraction" else
+                f"origin {config.origin} leaves no fit window before its {config.validation_days} validation days"))
+    if config.split == "origins" and (n_test < 1 or (config.validation_days and n_val < 1)):
+        raise InsufficientDataError(
+            f"household {household.household_id}: origin {config.origin} has {n_val} validation and {n_test} test "
+            f"windows")
+    locked = not config.score_test
+    visible = layout.test_start if locked else layout.visible
+    keep = targets[: layout.validation.stop if locked else layout.test.stop]
+    offset, scale = fit if fit is not None else fit_scaler(_fit_days(litres, targets, n_fit), config.scaler)
+    scaled = (litres[:visible] - offset) / scale
+    x = window_inputs(scaled, household.first_day, keep, config)
+    y = scaled[keep]
+    target_days = household.first_day + keep
     x = x.astype(np.float32)
     y = y.astype(np.float32)
+    fit_part, val_part, test_part = layout.fit, layout.validation, layout.test
     validation = {}
     if n_val:
-        validation = {"x_val": x[n_fit:n_train], "y_val": y[n_fit:n_train], "val_days": target_days[n_fit:n_train]}
-    return ClientWindows(x[:n_fit], y[:n_fit], x[n_train:], y[n_train:], target_days[n_train:], offset, scale,
-                         train_days=target_days[:n_fit], **validation)
+        validation = {"x_val": x[val_part], "y_val": y[val_part], "val_days": target_days[val_part]}
+    if locked:
+        empty_x = np.zeros((0, lookback, x.shape[2]), dtype=np.float32)
+        test = (empty_x, np.zeros(0, dtype=np.float32), np.zeros(0, dtype="datetime64[D]"))
+    else:
+        test = (x[test_part], y[test_part], target_days[test_part])
+    return ClientWindows(x[fit_part], y[fit_part], test[0], test[1], test[2], offset, scale,
+                         train_days=target_days[fit_part], **validation, series=scaled,
+                         first_day=np.datetime64(household.first_day, "D"), test_locked=locked)
 
 
 @dataclass(frozen=True)
@@ -422,7 +627,7 @@ class WaterPool:
     households: list[HouseholdDaily]
     report: pd.DataFrame
     #: ``scaling = "global"``'s scalers, once per (scaler, lookback, train and validation fraction): a memo
-    global_fits: dict[tuple[str, int, float, float], tuple[float, float]] = field(
+    global_fits: dict[tuple, tuple[float, float]] = field(
         default_factory=dict, init=False, compare=False, repr=False)
 
     def __len__(self) -> int:
@@ -448,12 +653,11 @@ class WaterPool:
                 raise ValueError("scaling = 'global' fits one scaler on every household of the pool; this node "
                                  "holds one household, so it cannot (use scaling = 'household')")
             fit = self._global_fit(config)
-        return make_windows(self.households[partition_id], config.lookback, config.train_fraction,
-                            config.scaler, config.min_windows, config.calendar, config.household, fit,
-                            config.validation_fraction)
+        return make_windows(self.households[partition_id], fit=fit, config=config)
 
     def _global_fit(self, config: WaterDataParams) -> tuple[float, float]:
-        key = (config.scaler, config.lookback, config.train_fraction, config.validation_fraction)
+        key = (config.scaler, config.lookback, config.split, config.train_fraction, config.validation_fraction,
+               config.origins, config.origin, config.origin_days, config.validation_days)
         if key not in self.global_fits:
             self.global_fits[key] = global_scaler(self.households, config)
         return self.global_fits[key]
@@ -482,21 +686,22 @@ def select_pool(households: list[HouseholdDaily], config: WaterDataParams) -> Wa
         elif household.history_days < config.min_history_days:
             row["status"] = f"short history ({household.history_days} < {config.min_history_days} days)"
         else:
-            try:
-                windows = make_windows(household, config.lookback, config.train_fraction, config.scaler,
-                                       config.min_windows)
-            except InsufficientDataError as exc:
-                row["status"] = "too few windows"
-                log.warning("left out of the pool: %s", exc)
-            else:
+            problem = layout_problem(household, config)
+            litres = np.asarray(household.litres, dtype=np.float64)
+            targets = _complete_windows(litres, config.lookback)
+            if problem is None or (config.split == "fraction" and len(targets) >= max(config.min_windows, 2)):
+                n_fit, n_val, n_test = split_layout(litres, targets, config).counts
+                row["train_windows"], row["test_windows"] = n_fit, n_test
+                if config.has_validation:
+                    row["validation_windows"] = n_val
+            if problem is None:
                 row["status"] = "pool"
-                row["train_windows"], row["test_windows"] = len(windows.y_train), len(windows.y_test)
-                if config.validation_fraction > 0:
-                    n_val = validation_windows(len(windows.y_train), config.validation_fraction)
-                    row["train_windows"], row["validation_windows"] = len(windows.y_train) - n_val, n_val
                 pool.append(household)
+            else:
+                row["status"] = f"too few windows ({problem})"
+                log.warning("left out of the pool: household %s: %s", household.household_id, problem)
         rows.append(row)
-    emptied = [r["household"] for r in rows if r["status"] == "pool" and r["train_windows"] < 1]
+    emptied = [r["household"] for r in rows if config.split == "fraction" and "validation-fraction" in r["status"]]
     if emptied:
         raise InsufficientDataError(
             f"run-config 'validation-fraction' = {config.validation_fraction} leaves {len(emptied)} household(s) of "
@@ -504,7 +709,7 @@ def select_pool(households: list[HouseholdDaily], config: WaterDataParams) -> Wa
             f"lower it, or raise min-windows")
     report = pd.DataFrame(rows).sort_values("household", kind="stable").reset_index(drop=True)
     pool.sort(key=lambda h: h.household_id)
-    if config.source == "daiad" and config.synthetic.seed != 0:  # data-seed: another partition order of the file
+    if config.source != "synthetic" and config.synthetic.seed != 0:  # data-seed: another partition order of the file
         pool = [pool[i] for i in np.random.default_rng(config.synthetic.seed).permutation(len(pool))]
     partition = {h.household_id: k for k, h in enumerate(pool)}
     report.insert(1, "partition_id", report["household"].map(partition).astype("Int64"))
@@ -513,20 +718,26 @@ def select_pool(households: list[HouseholdDaily], config: WaterDataParams) -> Wa
         raise InsufficientDataError(
             f"no household passes the filters ({len(households)} households: {counts}); "
             f"active-factor={config.active_factor}, min-history-days={config.min_history_days}, "
-            f"min-windows={config.min_windows}. The 92-household DAIAD file spans one year: "
-            f"set min-history-days <= 365 for it."
+            f"min-windows={config.min_windows}"
+            + (f", split='origins' ({config.origins} x {config.origin_days} test days, {config.validation_days} "
+               f"validation days)" if config.split == "origins" else "")
+            + ". The 92-household DAIAD file spans one year: set min-history-days <= 365 for it; a utility's own "
+              "file: active-factor=0 min-history-days=0."
         )
     return WaterPool(pool, report)
 
 
 def read_households(config: WaterDataParams) -> tuple[list[HouseholdDaily], pd.DataFrame | None]:
-    """Daily series of every household of the source, and the cleaning report (DAIAD only)."""
+    """Daily series of every household of the source, and the cleaning report (files only)."""
     if config.source == "synthetic":
         typed = bool(config.synthetic.types)
         households = [HouseholdDaily(h.household_id, h.first_day, h.daily, h.archetype if typed else "")
                       for h in generate_population(config.synthetic)]
         return households, None
-    daily, cleaning = clean_to_daily(read_daiad(config.path), config.cleaning)
+    if config.source == "csv":
+        daily, cleaning = read_meters(config.path, config.csv_values, config.cleaning)
+    else:
+        daily, cleaning = clean_to_daily(read_daiad(config.path), config.cleaning)
     households = [HouseholdDaily(hid, first, litres) for hid, (first, litres) in daily.items()]
     missing = sorted(set(cleaning.index) - set(daily))
     for hid in missing:

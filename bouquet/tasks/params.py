@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bouquet.forecasting.naive import BLEND_WEIGHTS
 from bouquet.params import require
 
 __all__ = [
@@ -44,7 +45,7 @@ FORECAST_BASELINES = ("none", "window-mean", "window-median", "weekday-mean", "h
 #: Baselines that read the household profile inputs (``household-inputs = "profile"``).
 PROFILE_BASELINES = ("weekday-mean", "household")
 #: The blends of window median (0) and weekday mean (1) ``forecast-baseline = "household"`` chooses from.
-HOUSEHOLD_BLENDS = (0.0, 0.5, 1.0)
+HOUSEHOLD_BLENDS = BLEND_WEIGHTS
 #: Layers a node keeps to itself (``personal-layers``): none, or the output layer.
 PERSONAL_LAYERS = ("none", "head")
 #: Training losses of the water forecaster (``WaterTrainParams.loss``); the paper's is ``mse``.
@@ -141,6 +142,10 @@ class PersonalParams:
         ``ditto-lambda``: Ditto (Li et al. 2021).  > 0: besides the federated update, each trained node
         trains a personal model ``v`` for ``local-epochs`` epochs on ``loss(v) + lambda / 2 ||v - w||^2``,
         ``w`` the model it was served (eq. 2 of the paper), and evaluates with ``v``.  0 = off.
+    early_stop : bool, default False
+        ``personalize-early-stop``: with validation windows, the fine-tuning keeps the epoch (0 to ``epochs``)
+        whose model has the lowest MAE on the node's validation windows: ``epochs`` is then a ceiling, and a
+        household whose validation days say fine-tuning does not help keeps the served model.
     state_dir : str, default ""
         ``personal-state-dir``: where nodes save their personal state (personal layers, Ditto's model)
         between messages, for a node that restarts and for a resumed run; a SuperNode's own
@@ -152,6 +157,7 @@ class PersonalParams:
     learning_rate: float = 1e-3
     layers: str = "none"
     ditto_lambda: float = 0.0
+    early_stop: bool = False
     state_dir: str = ""
 
     def __post_init__(self) -> None:

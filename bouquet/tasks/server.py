@@ -60,9 +60,10 @@ def evaluate_every_node(grid: Grid, served: dict[int, tuple[str, ArrayRecord]], 
                         ) -> list[dict[str, Any]]:
     """Evaluate on every node in ``served`` the model it is served (``node -> (store key, arrays)``).
 
-    One row per replying node, with the key of its model (``model``).  Nodes that return forecasts
-    (``predictions`` ArrayRecord) have them appended to ``predictions.csv`` (partition id, household,
-    day, actual and predicted litres).  ``entries`` go into the evaluation config beside ``final``
+    One row per replying node, with the key of its model (``model``).  A node's final arrays go to the run
+    folder: its test-day forecasts (``predictions`` ArrayRecord) to ``predictions.csv`` (partition id,
+    household, day, actual, served, model and baseline litres), its forecast of the days after its data
+    (``ahead``) to ``forecast.csv``, and its forecaster (``model``, ``forecaster``) to ``models/``.  ``entries`` go into the evaluation config beside ``final``
     (the run that personal state belongs to).  The messages travel by ``transport`` (default Flower's
     ``grid.send_and_receive``).
     """
@@ -87,14 +88,29 @@ def evaluate_every_node(grid: Grid, served: dict[int, tuple[str, ArrayRecord]], 
     # in partition order, not arrival order, so that predictions.csv is the same file in every run
     for row, reply in sorted(answered, key=lambda pair: pair[0]["partition-id"]):
         rows.append(row)
-        if recorder is not None and "predictions" in reply.content.array_records:
-            forecast = {k: v.numpy() for k, v in reply.content.array_records["predictions"].items()}
-            days = forecast["day"].astype("datetime64[D]").astype(str)
-            recorder.append_rows("predictions", [
-                {"partition-id": row["partition-id"], "household": row["household"], "day": day,
-                 "actual-litres": float(a), "predicted-litres": float(p)}
-                for day, a, p in zip(days, forecast["actual-litres"], forecast["predicted-litres"])])
+        if recorder is not None:
+            _keep_final_arrays(recorder, row, reply.content.array_records)
     return rows
+
+
+def _keep_final_arrays(recorder: RunRecorder, row: dict[str, Any], records: dict[str, ArrayRecord]) -> None:
+    """A node's final arrays into the run folder: ``predictions`` (test days) to ``predictions.csv``, ``ahead``
+    (the days after its data) to ``forecast.csv``, ``model`` + ``forecaster`` to ``models/<partition-id>.npz``."""
+    from bouquet.forecast import forecast_rows, save_forecaster
+
+    arrays = {name: {k: v.numpy() for k, v in record.items()} for name, record in records.items()}
+    if "predictions" in arrays:
+        forecast = arrays["predictions"]
+        days = forecast["day"].astype("datetime64[D]").astype(str)
+        columns = [c for c in ("actual-litres", "predicted-litres", "model-litres", "baseline-litres") if c in forecast]
+        recorder.append_rows("predictions", [
+            {"partition-id": row["partition-id"], "household": row["household"], "day": day,
+             **{c: float(forecast[c][i]) for c in columns}} for i, day in enumerate(days)])
+    if "ahead" in arrays:
+        recorder.append_rows("forecast", forecast_rows(arrays["ahead"], row["partition-id"], row["household"], row))
+    if "model" in arrays and "forecaster" in arrays:
+        save_forecaster(recorder.folder, row["partition-id"], row["household"], arrays["model"],
+                        arrays["forecaster"], str(row.get("baseline", "")))
 
 
 def final_clients(grid: Grid, config: AppConfig, strategy: BouquetStrategy, recorder: RunRecorder,

@@ -385,16 +385,16 @@ class VisionTask:
         pick = batch_indices(len(self.y), examples, rng)
         return accuracy(model, self.x[pick], self.y[pick])[1], len(pick)
 
-    def evaluate(self, model: nn.Module, rng: np.random.Generator) -> dict[str, float]:
+    def evaluate(self, model: nn.Module, rng: np.random.Generator, final: bool = False) -> dict[str, float]:
         x, y = (self.images.x_test, self.images.y_test) if len(self.images.y_test) else (self.x, self.y)
         acc, loss = accuracy(model, x, y)
         return {"accuracy": acc, "loss": loss, "num-examples": len(y)}
 
-    def forecasts(self, model: nn.Module) -> dict[str, np.ndarray] | None:
-        return None
+    def final_arrays(self, model: nn.Module) -> dict[str, dict[str, np.ndarray]]:
+        """Nothing beside the metrics (no forecasts for images)."""
+        return {}
 
-    def naive(self) -> dict[str, float]:
-        """No naive baseline is reported for images (chance is 1 / classes)."""
+    def final_info(self, model: nn.Module) -> dict[str, str]:
         return {}
 
     def poisoned(self, attack: str, scale: float) -> VisionTask:

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from bouquet.data.water import ClientWindows, WaterDataParams, load_pool, weekday_of, weekday_profile
+from bouquet.data.water import ClientWindows, WaterDataParams, load_pool, window_inputs
+from bouquet.forecasting.combine import FallbackParams, best_baseline, choose_weight, combine
+from bouquet.forecasting.evaluation import mase_scale
+from bouquet.forecasting.naive import NAIVE_FORECASTERS, NaiveParams, blend_weight, naive_forecasts
 from bouquet.tasks.base import Penalty, batch_indices, proximal_penalty
 from bouquet.tasks.params import HOUSEHOLD_BLENDS, LSTMParams, PerFedAvgParams, PersonalParams, WaterTrainParams
 from bouquet.tasks.perfedavg import personalize, train_perfedavg
@@ -24,17 +28,22 @@ from bouquet.tasks.perfedavg import personalize, train_perfedavg
 __all__ = [
     "NAIVE_FORECASTS",
     "LSTMForecaster",
+    "Serving",
     "WaterTask",
     "WaterTrainParams",
     "choose_blend",
+    "choose_serving",
+    "errors",
     "evaluate_windows",
+    "forecast_ahead",
     "household_blend",
     "naive_errors",
-    "naive_forecasts",
     "naive_litres",
     "naive_metric",
     "node_windows",
+    "part_days",
     "predict",
+    "predict_litres",
     "proximal_penalty",
     "split_windows",
     "train_windows",
@@ -102,8 +111,9 @@ def choose_blend(median: np.ndarray, weekday: np.ndarray, actual: np.ndarray) ->
 def household_blend(x: np.ndarray, y: np.ndarray) -> float:
     """The blend of ``forecast-baseline = "household"`` for one household: :func:`choose_blend` on windows
     ``x`` -> ``y`` (its validation windows), with the window median of channel 0 and the weekday mean of
-    the last channel (the profile inputs).  Scaled or litres give the same choice (the scaler is affine and
-    increasing), so it is the blend of the naive forecaster ``median-weekday blend`` too."""
+    the last channel (the profile inputs: every valid day before the target on its weekday).  Scaled or
+    litres give the same choice (the scaler is affine and increasing), so it is the blend of the naive
+    forecaster ``blend`` too (:func:`bouquet.forecasting.naive.blend_weight` on the same days)."""
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 3:
         raise ValueError(f"need (n, lookback, channels) windows, got shape {x.shape}")
@@ -120,9 +130,10 @@ def training_loss(settings: WaterTrainParams) -> nn.Module:
 
 
 def split_windows(windows: ClientWindows, part: str) -> tuple[np.ndarray, np.ndarray]:
-    """The ``(x, y)`` windows of ``part``: ``"test"``, or ``"validation"`` (a ValueError without a validation
-    split)."""
+    """The ``(x, y)`` windows of ``part``: ``"test"`` (:class:`TestPeriodLocked` where the test period is locked),
+    or ``"validation"`` (a ValueError without a validation split)."""
     if part == "test":
+        windows.require_test()
         return windows.x_test, windows.y_test
     if part != "validation":
         raise ValueError(f"part must be 'test' or 'validation', got {part!r}")
@@ -131,8 +142,15 @@ def split_windows(windows: ClientWindows, part: str) -> tuple[np.ndarray, np.nda
     return windows.x_val, windows.y_val
 
 
+def part_days(windows: ClientWindows, part: str) -> np.ndarray:
+    """The target days of ``part``'s windows (``test`` or ``validation``)."""
+    split_windows(windows, part)  # the same checks
+    return windows.test_days if part == "test" else windows.val_days
+
+
 def train_windows(model: nn.Module, windows: ClientWindows, settings: WaterTrainParams,
-                  rng: np.random.Generator, penalty: Penalty | None = None) -> float:
+                  rng: np.random.Generator, penalty: Penalty | None = None,
+                  after_epoch: Callable[[int], None] | None = None) -> float:
     """Run ``settings.epochs`` epochs of Adam on the training windows, in place, minimising ``settings.loss``.
 
     Parameters
@@ -141,6 +159,9 @@ def train_windows(model: nn.Module, windows: ClientWindows, settings: WaterTrain
         Draws the shuffling order of every epoch.
     penalty : callable, optional
         Added to each batch's loss before the backward pass.
+    after_epoch : callable, optional
+        Called with the epoch's number (1, 2, ...) after each epoch (the fine-tuning's early stop reads the
+        validation windows there).
 
     Returns
     -------
@@ -154,7 +175,7 @@ def train_windows(model: nn.Module, windows: ClientWindows, settings: WaterTrain
     loss_fn = training_loss(settings)
     model.train()
     last = 0.0
-    for _ in range(settings.epochs):
+    for epoch in range(settings.epochs):
         order = torch.from_numpy(rng.permutation(len(y)))
         total = 0.0
         for start in range(0, len(y), settings.batch_size):
@@ -166,99 +187,106 @@ def train_windows(model: nn.Module, windows: ClientWindows, settings: WaterTrain
             optimizer.step()
             total += loss.item() * len(batch)
         last = total / len(y)
+        if after_epoch is not None:
+            after_epoch(epoch + 1)
+            model.train()
     return last
 
 
 @torch.no_grad()
 def predict(model: nn.Module, x: np.ndarray) -> np.ndarray:
-    """Scaled one-step-ahead predictions for windows ``x`` (n, lookback, 1)."""
+    """Scaled one-step-ahead predictions for windows ``x`` (n, lookback, channels)."""
     model.eval()
-    return model(torch.from_numpy(x)).numpy().astype(np.float64)
+    return model(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))).numpy().astype(np.float64)
 
 
-def evaluate_windows(model: nn.Module, windows: ClientWindows, part: str = "test") -> dict[str, float]:
-    """Held-out errors on the test windows (or the validation windows, ``part = "validation"``).
+def predict_litres(model: nn.Module, windows: ClientWindows, x: np.ndarray) -> np.ndarray:
+    """The model's forecasts of windows ``x`` in litres/day, clipped at 0 (no household uses negative water)."""
+    return np.maximum(windows.to_litres(predict(model, x)), 0.0) if len(x) else np.zeros(0)
 
-    Returns
-    -------
-    dict
-        ``mse`` and ``mae`` on the scaled targets, ``mse-litres`` and
-        ``mae-litres`` in litres/day, and ``wape`` (sum |error| / sum actual,
-        in litres).
-    """
-    x, y = split_windows(windows, part)
-    scaled = predict(model, x)
-    target = y.astype(np.float64)
-    litres_hat, litres = windows.to_litres(scaled), windows.to_litres(target)
-    err = litres_hat - litres
-    total = float(np.abs(litres).sum())
+
+def errors(forecast: np.ndarray, actual: np.ndarray, windows: ClientWindows) -> dict[str, float]:
+    """``mse`` and ``mae`` on the scaled values, ``mse-litres``, ``mae-litres`` and ``wape`` (sum |error| / sum
+    actual) of ``forecast`` against ``actual`` (both litres/day)."""
+    err = forecast - actual
+    scaled = err / windows.scale
+    total = float(np.abs(actual).sum())
     return {
-        "mse": float(np.mean((scaled - target) ** 2)),
-        "mae": float(np.mean(np.abs(scaled - target))),
+        "mse": float(np.mean(scaled**2)),
+        "mae": float(np.mean(np.abs(scaled))),
         "mse-litres": float(np.mean(err**2)),
         "mae-litres": float(np.mean(np.abs(err))),
         "wape": float(np.abs(err).sum() / total) if total > 0 else float("nan"),
     }
 
 
-#: The naive forecasters every water result is reported beside (no training, no federation).  The last one
-#: exists only with a validation split: per household, the blend of window median and train-days weekday
-#: mean that is best on its validation windows (:func:`choose_blend`; the ``household`` baseline untrained).
-NAIVE_FORECASTS = ("last value", "same day last week", "window mean", "window median", "train-days mean",
-                   "train-days weekday mean", "median-weekday blend")
+def evaluate_windows(model: nn.Module, windows: ClientWindows, part: str = "test") -> dict[str, float]:
+    """Held-out errors (:func:`errors`) of the model's forecasts, clipped at 0 L/day, on the test windows (or the
+    validation windows, ``part = "validation"``)."""
+    x, y = split_windows(windows, part)
+    return errors(predict_litres(model, windows, x), windows.to_litres(y), windows)
 
 
-def naive_forecasts(x: np.ndarray, train_mean: float | None = None) -> dict[str, np.ndarray]:
-    """Next-day forecasts from the look-back windows alone (scaled units, like the model's).
-
-    ``last value``: yesterday's use; ``same day last week``: the use 7 days before the target (needs a
-    look-back of at least 7); ``window mean`` / ``window median``: the mean / median of the look-back
-    (12 days by default; the median is the one MAE rewards); ``train-days mean``: the constant
-    ``train_mean`` (the household's mean over its training targets), when given.  The scaler is affine
-    and increasing, so these are the litre forecasts scaled.  Only channel 0 (the use) is read.
-    """
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 3 or x.shape[1] < 1:
-        raise ValueError(f"windows must be (n, lookback, channels), got shape {x.shape}")
-    use = x[:, :, 0]
-    out = {"last value": use[:, -1], "window mean": use.mean(axis=1), "window median": np.median(use, axis=1)}
-    if x.shape[1] >= 7:
-        out["same day last week"] = use[:, -7]
-    if train_mean is not None:
-        out["train-days mean"] = np.full(len(x), float(train_mean))
-    return out
+#: The naive forecasters every water result is reported beside (no training, no federation), each seeing
+#: every valid day before the day it forecasts (:mod:`bouquet.forecasting.naive`).  ``blend`` exists only
+#: with a validation split: per household, the blend of window median and weekday average that is best on its
+#: validation days (the ``household`` baseline untrained).
+NAIVE_FORECASTS = NAIVE_FORECASTERS
 
 
 def naive_litres(windows: ClientWindows, part: str = "test") -> dict[str, np.ndarray]:
-    """Each :func:`naive_forecasts` of a household's test windows (or validation windows), in litres/day
-    (train-days mean included), and, when the windows know their training days, ``train-days weekday
-    mean``: the household's mean use over its training (fit) targets on the target's weekday
-    (:func:`bouquet.data.water.weekday_profile`)."""
-    x, _ = split_windows(windows, part)
-    days = windows.test_days if part == "test" else windows.val_days
-    train_mean = float(np.mean(windows.y_train, dtype=np.float64)) if len(windows.y_train) else None
-    out = {name: windows.to_litres(forecast) for name, forecast in naive_forecasts(x, train_mean).items()}
-    if windows.train_days is not None and len(windows.y_train):
-        profile = weekday_profile(windows.y_train, windows.train_days)
-        out["train-days weekday mean"] = windows.to_litres(profile[weekday_of(days)])
-        if windows.has_validation:  # the blend is chosen on the validation windows, whichever part is scored
-            chosen = choose_blend(np.median(windows.x_val[:, :, 0], axis=1), profile[weekday_of(windows.val_days)],
-                                  windows.y_val)
-            out["median-weekday blend"] = ((1 - chosen) * out["window median"]
-                                           + chosen * out["train-days weekday mean"])
-    return out
+    """Each naive forecaster's forecasts of ``part``'s target days, in litres/day, from the household's series
+    (every valid day before each day; :func:`bouquet.forecasting.naive.naive_forecasts` with the look-back as
+    the window); the ``blend`` chosen on the validation days, whichever part is scored."""
+    days = part_days(windows, part)
+    series = windows.to_litres(windows.series)
+    blend = None
+    if windows.has_validation:
+        blend = blend_weight(series, windows.day_index(windows.val_days), NaiveParams(window=windows.x_train.shape[1]))
+    return naive_forecasts(series, windows.day_index(days), NaiveParams(window=windows.x_train.shape[1]), blend)
 
 
 def naive_errors(windows: ClientWindows, part: str = "test") -> dict[str, float]:
-    """Held-out MAE in litres/day of each :func:`naive_forecasts` on the test (or validation) windows."""
+    """Held-out MAE in litres/day of each naive forecaster (:func:`naive_litres`) on the test (or validation)
+    windows."""
     litres = windows.to_litres(split_windows(windows, part)[1])
     return {name: float(np.mean(np.abs(forecast - litres))) for name, forecast in naive_litres(windows, part).items()}
 
 
 def naive_metric(name: str, part: str = "test") -> str:
-    """The MetricRecord key of a naive forecaster's MAE (``naive-window-mean`` for ``window mean``; on the
-    validation windows ``naive-val-window-mean``)."""
+    """The MetricRecord key of a naive forecaster's MAE (``naive-window-median`` for ``window median``; on the
+    validation windows ``naive-val-window-median``)."""
     return ("naive-" if part == "test" else "naive-val-") + name.replace(" ", "-")
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What a node serves (``fallback``): ``weight`` times its model's forecast plus ``1 - weight`` times its best
+    naive forecaster's (``baseline``, chosen on its validation days), both clipped at 0 L/day.
+
+    ``validation`` holds the validation MAE of the model, the baseline and the served combination (empty
+    without validation days; the weight is then 1)."""
+
+    baseline: str
+    weight: float
+    validation: dict[str, float]
+
+    @property
+    def served(self) -> str:
+        """``model``, ``baseline`` or ``combined``: what the household is served."""
+        return "model" if self.weight == 1 else "baseline" if self.weight == 0 else "combined"
+
+
+def choose_serving(model_val: np.ndarray, naive_val: dict[str, np.ndarray], actual_val: np.ndarray,
+                   fallback: FallbackParams) -> Serving:
+    """The household's best naive forecaster on its validation days and the model's share the rule allows
+    (:func:`bouquet.forecasting.combine.choose_weight`)."""
+    baseline = best_baseline(naive_val, actual_val)
+    weight = choose_weight(model_val, naive_val[baseline], actual_val, fallback)
+    served = combine(model_val, naive_val[baseline], weight)
+    return Serving(baseline, weight, {"model": float(np.mean(np.abs(model_val - actual_val))),
+                                      "baseline": float(np.mean(np.abs(naive_val[baseline] - actual_val))),
+                                      "served": float(np.mean(np.abs(served - actual_val)))})
 
 
 @functools.lru_cache(maxsize=8)
@@ -289,6 +317,8 @@ class WaterTask:
     adds the node-side personalisation parts (:class:`bouquet.tasks.params.PersonalParams`): fine-tuning
     before evaluation here, and Ditto's personal step (:meth:`train_personal`); the personal layers'
     bookkeeping and where personal state lives are the ClientApp's (:mod:`bouquet.personal_state`).
+    ``fallback`` says what the node serves (:class:`Serving`), ``data`` how its windows were made (the
+    forecast of the days after its data rebuilds them).
     """
 
     partition_id: int
@@ -299,14 +329,17 @@ class WaterTask:
     perfedavg: PerFedAvgParams | None = None
     group: str = ""
     personal: PersonalParams = dataclasses.field(default_factory=PersonalParams)
+    fallback: FallbackParams = dataclasses.field(default_factory=FallbackParams)
+    data: WaterDataParams = dataclasses.field(default_factory=WaterDataParams)
 
     @classmethod
     def for_node(cls, data: WaterDataParams, model: LSTMParams, training: WaterTrainParams,
                  perfedavg: PerFedAvgParams | None, partition_id: int, data_path: str | None,
-                 personal: PersonalParams | None = None) -> WaterTask:
+                 personal: PersonalParams | None = None, fallback: FallbackParams | None = None) -> WaterTask:
         household, windows, group = node_windows(data, partition_id, data_path)
         return cls(partition_id, household, windows, model, training, perfedavg, group,
-                   personal if personal is not None else PersonalParams())
+                   personal if personal is not None else PersonalParams(),
+                   fallback if fallback is not None else FallbackParams(), data)
 
     @property
     def num_examples(self) -> int:
@@ -347,13 +380,28 @@ class WaterTask:
         penalty = proximal_penalty(personal, self.personal.ditto_lambda, anchor=served)
         return train_windows(personal, self.windows, self.training, rng, penalty=penalty)
 
-    def fine_tune(self, model: nn.Module, rng: np.random.Generator) -> None:
-        """``personalize-epochs`` epochs of the training loss on the fit windows at
-        ``personalize-learning-rate`` (in place; nothing when 0)."""
+    def fine_tune(self, model: nn.Module, rng: np.random.Generator) -> int:
+        """``personalize-epochs`` epochs of the training loss on the fit windows at ``personalize-learning-rate``
+        (in place; nothing when 0).  With ``personalize-early-stop`` and validation windows, the model of the
+        epoch (0 to ``personalize-epochs``) with the lowest validation MAE is kept.  Returns the epochs kept."""
         p = self.personal
-        if p.epochs > 0:
-            settings = dataclasses.replace(self.training, epochs=p.epochs, learning_rate=p.learning_rate)
+        if p.epochs <= 0:
+            return 0
+        settings = dataclasses.replace(self.training, epochs=p.epochs, learning_rate=p.learning_rate)
+        if not (p.early_stop and self.windows.has_validation):
             train_windows(model, self.windows, settings, rng)
+            return p.epochs
+        best = {"epoch": 0, "mae": evaluate_windows(model, self.windows, "validation")["mae-litres"],
+                "state": {k: v.clone() for k, v in model.state_dict().items()}}
+
+        def keep_best(epoch: int) -> None:
+            mae = evaluate_windows(model, self.windows, "validation")["mae-litres"]
+            if mae < best["mae"]:
+                best.update(epoch=epoch, mae=mae, state={k: v.clone() for k, v in model.state_dict().items()})
+
+        train_windows(model, self.windows, settings, rng, after_epoch=keep_best)
+        model.load_state_dict(best["state"])
+        return int(best["epoch"])
 
     def loss(self, model: nn.Module, examples: int, rng: np.random.Generator) -> tuple[float, int]:
         """Training loss (``forecast-loss``, scaled) of ``model`` on up to ``examples`` of the household's
@@ -365,20 +413,62 @@ class WaterTask:
             return float(np.mean((predicted - target) ** 2)), len(pick)
         return float(training_loss(self.training)(torch.from_numpy(predicted), torch.from_numpy(target))), len(pick)
 
-    def evaluate(self, model: nn.Module, rng: np.random.Generator) -> dict[str, float]:
-        """Held-out errors (:func:`evaluate_windows`) on the test windows, and with a validation split the
-        same on the validation windows (``val-*``); Per-FedAvg personalises first with ``rng``'s batch, and
-        ``personalize-epochs`` fine-tunes ``model`` first (in place, so :meth:`forecasts` uses it too)."""
+    def evaluate(self, model: nn.Module, rng: np.random.Generator, final: bool = False) -> dict[str, float]:
+        """Held-out errors of ``model`` (Per-FedAvg personalises first with ``rng``'s batch, and
+        ``personalize-epochs`` fine-tunes ``model`` first, in place, so :meth:`final_arrays` uses it too).
+
+        The validation windows are scored every time (``val-*``).  The test windows are scored only in the
+        final evaluation, or every time where there is no validation split (the paper's per-round curves), and
+        never where the test period is locked.  The final evaluation adds the naive forecasters' MAE on the
+        same days (``naive-*``, ``naive-val-*``) and what the node serves (:meth:`serving`): ``mae-litres`` is
+        then the served forecast's and ``model-mae-litres`` the model's alone."""
         w = self.windows
         if self.perfedavg is not None:
             personalize(model, w.x_train, w.y_train, self.perfedavg.alpha, self.training.batch_size, rng,
                         loss_fn=self._loss_fn)
-        self.fine_tune(model, rng)
-        metrics = {**evaluate_windows(model, w), "num-examples": len(w.y_test)}
+        kept = self.fine_tune(model, rng)
+        metrics: dict[str, float] = {}
         if w.has_validation:
             metrics |= {f"val-{name}": value for name, value in evaluate_windows(model, w, "validation").items()}
             metrics["val-num-examples"] = len(w.y_val)
+        score_test = (final or not w.has_validation) and not w.test_locked
+        if score_test:
+            metrics |= {**evaluate_windows(model, w), "num-examples": len(w.y_test)}
+        else:
+            metrics["num-examples"] = len(w.y_val)
+        if not final:
+            return metrics
+        if self.personal.epochs > 0:
+            metrics["personalize-epochs-kept"] = kept
+        metrics |= self.naive()
+        serving = self.serving(model)
+        metrics |= {"served-model-share": serving.weight, "fell-back": float(serving.weight < 1)}
+        if serving.validation:
+            metrics |= {"val-model-mae-litres": serving.validation["model"],
+                        "val-baseline-mae-litres": serving.validation["baseline"],
+                        "val-mae-litres": serving.validation["served"]}
+        if score_test:
+            x, y = split_windows(w, "test")
+            model_test = predict_litres(model, w, x)
+            actual = w.to_litres(y)
+            metrics |= {f"model-{k}": v for k, v in errors(model_test, actual, w).items()}
+            if serving.baseline:  # else (no validation days) the model alone is served: the metrics above
+                baseline_test = naive_litres(w)[serving.baseline]
+                metrics |= errors(combine(model_test, baseline_test, serving.weight), actual, w)
+                metrics["baseline-mae-litres"] = float(np.mean(np.abs(baseline_test - actual)))
+            metrics["mase-scale"] = mase_scale(w.series, int(w.day_index(w.test_days[:1])[0])) * w.scale
         return metrics
+
+    def serving(self, model: nn.Module) -> Serving:
+        """What this household is served (``fallback``), chosen on its validation days; the model alone where
+        there are none (``fallback = "none"`` needs none)."""
+        w = self.windows
+        if not w.has_validation:
+            if self.fallback.rule != "none":
+                raise ValueError(f"fallback {self.fallback.rule!r} chooses on validation days; this household has none")
+            return Serving("", 1.0, {})
+        actual = w.to_litres(w.y_val)
+        return choose_serving(predict_litres(model, w, w.x_val), naive_litres(w, "validation"), actual, self.fallback)
 
     def poisoned(self, attack: str, scale: float) -> WaterTask:
         """This household with every scaled training target moved by ``scale`` (``target-shift``); tests unchanged."""
@@ -389,12 +479,96 @@ class WaterTask:
 
     def naive(self) -> dict[str, float]:
         """Held-out MAE (litres/day) of each naive forecaster, keyed as metrics (:func:`naive_metric`), on the
-        test windows and, with a validation split, on the validation windows."""
-        parts = ("test", "validation") if self.windows.has_validation else ("test",)
-        return {naive_metric(name, part): mae for part in parts for name, mae in naive_errors(self.windows, part).items()}
-
-    def forecasts(self, model: nn.Module) -> dict[str, np.ndarray]:
-        """Every test day's actual and predicted litres (days as int64 day numbers)."""
+        test windows (unless the test period is locked) and, with a validation split, on the validation
+        windows."""
         w = self.windows
-        return {"day": w.test_days.astype("datetime64[D]").astype(np.int64),
-                "actual-litres": w.to_litres(w.y_test), "predicted-litres": w.to_litres(predict(model, w.x_test))}
+        parts = (() if w.test_locked else ("test",)) + (("validation",) if w.has_validation else ())
+        return {naive_metric(name, part): mae for part in parts for name, mae in naive_errors(w, part).items()}
+
+    def final_arrays(self, model: nn.Module, ahead: int = 7) -> dict[str, dict[str, np.ndarray]]:
+        """What the final evaluation sends back beside its metrics: ``predictions`` (every test day's actual,
+        served, model and baseline litres; none where the test period is locked), ``ahead`` (the forecast of
+        the ``ahead`` days after the household's data: :func:`forecast_ahead`) and ``model`` (the weights the
+        node forecasts with, after its fine-tuning, for ``python -m bouquet.forecast``)."""
+        w = self.windows
+        serving = self.serving(model)
+        out: dict[str, dict[str, np.ndarray]] = {}
+        if not w.test_locked and len(w.y_test):
+            model_test = predict_litres(model, w, w.x_test)
+            out["predictions"] = {"day": w.test_days.astype("datetime64[D]").astype(np.int64),
+                                  "actual-litres": w.to_litres(w.y_test), "predicted-litres": model_test,
+                                  "model-litres": model_test}
+            if serving.baseline:
+                baseline_test = naive_litres(w)[serving.baseline]
+                out["predictions"] |= {"predicted-litres": combine(model_test, baseline_test, serving.weight),
+                                       "baseline-litres": baseline_test}
+        blend = self.naive_blend
+        out["ahead"] = forecast_ahead(model, w.to_litres(w.series), w.first_day, (w.offset, w.scale), self.data,
+                                      serving.baseline, serving.weight, blend, ahead)
+        out["model"] = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+        out["forecaster"] = {"offset": np.array([w.offset]), "scale": np.array([w.scale]),
+                             "blend": np.array([np.nan if blend is None else blend]),
+                             "model-share": np.array([serving.weight]), "model-blend": np.array([self.blend])}
+        return out
+
+    @functools.cached_property
+    def naive_blend(self) -> float | None:
+        """The naive ``blend``'s weekday-average share, chosen on the validation days (None without them)."""
+        w = self.windows
+        if not w.has_validation:
+            return None
+        return blend_weight(w.to_litres(w.series), w.day_index(w.val_days), NaiveParams(window=w.x_train.shape[1]))
+
+    def final_info(self, model: nn.Module) -> dict[str, str]:
+        """The final evaluation's text entries: the household's baseline and what it is served."""
+        serving = self.serving(model)
+        return {"baseline": serving.baseline, "served": serving.served}
+
+
+def forecast_ahead(model: nn.Module | None, series: np.ndarray, first_day: np.datetime64, scaler: tuple[float, float],
+                   data: WaterDataParams, baseline: str, weight: float, blend: float | None, days: int = 7
+                   ) -> dict[str, np.ndarray]:
+    """The forecasts of the ``days`` days after ``series`` (a household's litres per day from ``first_day``, NaN
+    where missing), each from the one before: the first from the actuals (tomorrow's forecast), day ``h``
+    reading the forecasts of days 1 .. h - 1 where its look-back reaches past the data.
+
+    The served forecast is ``weight`` times the model's plus ``1 - weight`` times the ``baseline`` naive
+    forecaster's (``blend``: its blend share), clipped at 0 (:class:`Serving`); the model reads its inputs
+    scaled by ``scaler`` = (offset, scale) and built as ``data`` says (:func:`bouquet.data.water.window_inputs`).
+    Where the last look-back days hold a missing day the model cannot read them and the baseline alone is
+    served; with no ``model`` (or no ``baseline``) the other alone is.
+
+    Returns
+    -------
+    dict
+        ``day`` (int64 day numbers), ``horizon`` (1 .. days), ``forecast-litres`` (served), ``model-litres``,
+        ``baseline-litres`` (NaN where not computed), ``model-share`` (the share used for that day).
+    """
+    if days < 1:
+        raise ValueError(f"days must be >= 1, got {days}")
+    offset, scale = scaler
+    litres = np.asarray(series, dtype=np.float64).copy()
+    first = np.datetime64(first_day, "D")
+    lookback = data.lookback
+    end = len(litres)
+    readable = model is not None and end >= lookback and bool(np.isfinite(litres[end - lookback:]).all())
+    params = NaiveParams(window=lookback)
+    out: dict[str, list] = {"day": [], "horizon": [], "forecast-litres": [], "model-litres": [],
+                            "baseline-litres": [], "model-share": []}
+    for h in range(1, days + 1):
+        t = end + h - 1
+        base = float(naive_forecasts(litres, np.array([t]), params, blend)[baseline][0]) if baseline else float("nan")
+        own = float("nan")
+        if readable:
+            x = window_inputs((litres - offset) / scale, first, np.array([t]), data)
+            own = max(float(predict(model, x)[0]) * scale + offset, 0.0)
+        share = weight if readable and baseline else (1.0 if readable else 0.0)
+        served = float(combine([own], [base], share)[0])
+        litres = np.append(litres, served)
+        out["day"].append(int((first + t).astype(np.int64)))
+        out["horizon"].append(h)
+        out["forecast-litres"].append(served)
+        out["model-litres"].append(own)
+        out["baseline-litres"].append(base)
+        out["model-share"].append(share)
+    return {k: np.asarray(v, dtype=np.int64 if k in ("day", "horizon") else np.float64) for k, v in out.items()}

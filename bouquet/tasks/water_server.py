@@ -29,7 +29,7 @@ from bouquet.tasks.server import attack_summary, final_clients, run_summary
 from bouquet.tasks.water import NAIVE_FORECASTS, LSTMForecaster, naive_metric
 from bouquet.tuning import sample_std
 
-__all__ = ["WaterServer", "naive_summary", "naive_text", "write_pool"]
+__all__ = ["WaterServer", "mase_summary", "naive_summary", "naive_text", "write_pool"]
 
 log = logging.getLogger(__name__)
 
@@ -44,54 +44,83 @@ def write_pool(config: AppConfig, recorder: RunRecorder) -> None:
 
 
 def naive_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The naive forecasters beside the model (water): their mean MAE over the same clients and test windows,
-    the best of them, the model's skill (1 - MAE / best naive MAE) and the share of households whose own
-    forecast beats their own best naive forecast.  Empty when the clients reported no ``naive-*`` metric.
+    """The naive forecasters beside the model (water): their mean MAE over the same clients and test days, the
+    best of them, the model's skill (1 - MAE / best naive MAE), the shares of households whose forecast beats
+    their own best naive forecast, and what the households are served.  Empty when the clients reported no
+    test-day ``naive-*`` metric (a run whose test period is locked).
 
     With a validation split (the clients report ``naive-val-*`` too), the best naive forecaster is the one with
-    the lowest mean validation MAE, and each household's own best naive forecaster is chosen on its own
-    validation windows (``best-naive-chosen-on: validation``): no choice looks at the test days.  Without
-    one, both are chosen on the test windows, as before the split existed.  ``households-beating-own-best-
-    naive-on-test`` is always against each household's best on the test days (the hardest comparison).
+    the lowest mean validation MAE, and each household's own best naive forecaster is the one with the lowest
+    MAE on its own validation days (``best-naive-chosen-on: validation``): no choice looks at the test days.
+    ``households-beating-own-best-naive`` is the share whose test MAE is below their own best's test MAE;
+    ``households-beating-own-best-naive-on-test`` compares with each household's best on the test days (an
+    oracle no forecaster has in advance).  Without a split both choices are made on the test days.
     """
-    keys = {k for r in rows for k in r if k.startswith("naive-")}
-    val_names = sorted(k for k in keys if k.startswith("naive-val-"))
-    test_names = sorted(keys - set(val_names))
-    usable = [r for r in rows if all(k in r for k in (*test_names, *val_names))]
-    if not test_names or not usable:
+    suffix = len("naive-")
+    test_keys = {k[suffix:] for r in rows for k in r if k.startswith("naive-") and not k.startswith("naive-val-")}
+    val_keys = {k[len("naive-val-"):] for r in rows for k in r if k.startswith("naive-val-")}
+    names = sorted(test_keys)
+    usable = [r for r in rows if all(f"naive-{n}" in r for n in names)
+              and all(f"naive-val-{n}" in r for n in val_keys & test_keys)]
+    if not names or not usable:
         return {}
-    label = {naive_metric(n): n for n in NAIVE_FORECASTS}
-    naive = {label.get(name, name): float(np.mean([r[name] for r in usable])) for name in test_names}
+    label = {naive_metric(n)[suffix:]: n for n in NAIVE_FORECASTS}
+    naive = {label.get(n, n): float(np.mean([r[f"naive-{n}"] for r in usable])) for n in names}
     mae = np.array([float(r["mae-litres"]) for r in usable])
-    on_test = np.array([min(float(r[name]) for name in test_names) for r in usable])
+    on_test = np.array([min(float(r[f"naive-{n}"]) for n in names) for r in usable])
     summary: dict[str, Any] = {"naive-mae-litres": naive}
-    if val_names:
-        val_label = {naive_metric(n, "validation"): n for n in NAIVE_FORECASTS}
-        naive_val = {val_label.get(name, name): float(np.mean([r[name] for r in usable])) for name in val_names}
+    chosen_names = sorted(val_keys & test_keys)
+    if chosen_names:
+        naive_val = {label.get(n, n): float(np.mean([r[f"naive-val-{n}"] for r in usable])) for n in chosen_names}
         best = min(naive_val, key=naive_val.get)
-        chosen = [min(naive_val, key=lambda n, r=r: float(r[naive_metric(n, "validation")])) for r in usable]
-        own = np.array([float(r[naive_metric(n)]) for r, n in zip(usable, chosen)])
+        own = np.array([float(r[f"naive-{min(chosen_names, key=lambda n, r=r: float(r[f'naive-val-{n}']))}"])
+                        for r in usable])
         summary |= {"naive-val-mae-litres": naive_val, "best-naive-chosen-on": "validation"}
     else:
         best, own = min(naive, key=naive.get), on_test
         summary["best-naive-chosen-on"] = "test"
-    return {**summary, "best-naive": best, "best-naive-mae-litres": naive[best],
-            "skill-vs-best-naive": float(1 - mae.mean() / naive[best]) if naive[best] > 0 else None,
-            "households-beating-own-best-naive": float(np.mean(mae < own)),
-            "households-beating-own-best-naive-on-test": float(np.mean(mae < on_test))}
+    summary |= {"best-naive": best, "best-naive-mae-litres": naive[best],
+                "skill-vs-best-naive": float(1 - mae.mean() / naive[best]) if naive[best] > 0 else None,
+                "households-beating-own-best-naive": float(np.mean(mae < own)),
+                "households-beating-own-best-naive-on-test": float(np.mean(mae < on_test))}
+    served = [str(r.get("served", "")) for r in usable]
+    if any(served):
+        summary["served"] = {kind: served.count(kind) for kind in ("model", "combined", "baseline")}
+        summary["model-mae-litres-mean"] = float(np.mean([float(r.get("model-mae-litres", np.nan)) for r in usable]))
+    return summary
+
+
+def mase_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """MASE (Hyndman and Koehler 2006) over households: each household's test MAE divided by its seasonal naive
+    forecaster's in-sample MAE (``mase-scale``: season 7, the days before its first test day), averaged; the
+    same for the model alone and for its own best naive forecaster (``baseline-mae-litres``).  Empty where
+    the nodes report no scale."""
+    usable = [r for r in rows if np.isfinite(float(r.get("mase-scale", np.nan))) and float(r["mase-scale"]) > 0]
+    if not usable:
+        return {}
+    scale = np.array([float(r["mase-scale"]) for r in usable])
+    out = {"mase-mean": float(np.mean(np.array([float(r["mae-litres"]) for r in usable]) / scale))}
+    for key, name in (("model-mae-litres", "model-mase-mean"), ("baseline-mae-litres", "baseline-mase-mean")):
+        if all(key in r for r in usable):
+            out[name] = float(np.mean(np.array([float(r[key]) for r in usable]) / scale))
+    return out
 
 
 def naive_text(summary: dict[str, Any]) -> str:
-    """`` (window mean: 166.30 L/day, the best naive forecast; skill -6.6 %)`` for the console line (``the best
-    naive forecast on validation`` when it was chosen there), and the share of households beating their own."""
-    if "best-naive" not in summary:
+    """`` (blend: 136.62 L/day, the best naive forecast on validation; skill +5.6 %; 50 % of households beat their
+    own best naive forecast on the test days; served: 120 model, 40 combined, 19 baseline)`` for the console."""
+    if "best-naive" not in summary or summary.get("skill-vs-best-naive") is None:
         return ""
     skill = summary["skill-vs-best-naive"]
     where = " on validation" if summary.get("best-naive-chosen-on") == "validation" else ""
     share = summary.get("households-beating-own-best-naive")
-    beats = f"; {100 * share:.0f} % of households beat their own{where}" if share is not None and where else ""
-    return (f" ({summary['best-naive']}: {summary['best-naive-mae-litres']:.2f} L/day, the best "
-            f"naive forecast{where}; skill {100 * skill:+.1f} %{beats})" if skill is not None else "")
+    beats = f"; {100 * share:.0f} % of households beat their own best naive forecast on the test days" \
+        if share is not None and where else ""
+    served = summary.get("served")
+    fallback = (f"; served: {served['model']} model, {served['combined']} combined, {served['baseline']} baseline"
+                if served and (served["combined"] or served["baseline"]) else "")
+    return (f" ({summary['best-naive']}: {summary['best-naive-mae-litres']:.2f} L/day, the best naive "
+            f"forecast{where}; skill {100 * skill:+.1f} %{beats}{fallback})")
 
 
 class WaterServer:
@@ -114,29 +143,37 @@ class WaterServer:
                checkpoint: Checkpoint | None, personal: PersonalRun | None, started: float) -> dict[str, Any]:
         config, run = self.config, self.config.run
         rows = final_clients(grid, config, strategy, recorder, personal)
-        mae = np.array([r["mae-litres"] for r in rows])
-        mse = np.array([r["mse"] for r in rows])
+        scored = [r for r in rows if "mae-litres" in r]  # none where the test period is locked
+        mae = np.array([r["mae-litres"] for r in scored])
+        mse = np.array([r["mse"] for r in scored])
         val = np.array([r["val-mae-litres"] for r in rows if "val-mae-litres" in r])
         summary = {
             "strategy": run.strategy, "rounds": run.num_server_rounds, "clients-evaluated": len(rows),
+            "test-period-scored": bool(len(scored)),
             "mae-litres-mean": float(mae.mean()) if len(mae) else None,
             "mae-litres-std": sample_std(mae) if len(mae) > 1 else None,
             "mse-mean": float(mse.mean()) if len(mse) else None,
             **({"val-mae-litres-mean": float(val.mean())} if len(val) else {}),
-            **naive_summary(rows),
-            **attack_summary(config, rows, "mae-litres"),
+            **mase_summary(scored),
+            **naive_summary(scored),
+            **attack_summary(config, scored, "mae-litres"),
             **run_summary(config, strategy, checkpoint, started),
         }
         recorder.write_json("summary.json", summary)
-        if len(rows):
+        if len(scored):
             try:
                 log.info("report: %s", draw_report(recorder.folder))
             except Exception as error:  # noqa: BLE001 (a figure must never cost the run its results)
                 log.warning("report.png could not be drawn (%s: %s); python -m bouquet.report %s draws it again",
                             type(error).__name__, error, recorder.folder)
-            log.info("bouquet summary: %s, %d rounds, %d clients: MAE %.2f +- %.2f L/day%s, MSE %.4f (scaled); %s",
+            log.info("bouquet summary: %s, %d rounds, %d clients: MAE %.2f +- %.2f L/day%s%s, MSE %.4f (scaled); %s",
                      run.strategy, run.num_server_rounds, len(rows), mae.mean(), sample_std(mae),
+                     f", MASE {summary['mase-mean']:.3f}" if summary.get("mase-mean") is not None else "",
                      naive_text(summary), mse.mean(), recorder.folder)
+        elif len(rows):
+            log.info("bouquet summary: %s, %d rounds, %d clients: validation MAE %.2f L/day (the test period is "
+                     "locked: score-test = false); %s", run.strategy, run.num_server_rounds, len(rows),
+                     float(val.mean()) if len(val) else float("nan"), recorder.folder)
         else:
             log.warning("bouquet summary: no client answered the final evaluation; %s", recorder.folder)
         return summary
