@@ -46,3 +46,48 @@ def test_unknown_study_or_arm_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="unknown arm 'nope'"):
         runner.main(["--study", "hk-paper", "--data", "daiad", "--profile", "smoke", "--arms", "nope",
                      "--out", str(tmp_path)])
+
+
+@pytest.mark.tier2  # second tier: the Flower side of each piece is first-tier (test_e2e_forecast.py, the runners)
+def test_rolling_study_locks_the_test_blocks_until_final_and_scores_them_once(tmp_path, ray_head):
+    """The rolling-origin protocol on a tiny study of its own (two arms, two candidates each, 4 households):
+    tuning reads validation only; --final scores every origin, logs it, and writes the household tables."""
+    import shutil
+
+    from tests.script_loader import ROOT
+
+    study = tmp_path / "study"
+    for kind in ("data", "profiles"):
+        shutil.copytree(ROOT / "experiments" / "forecaster" / kind, study / kind)
+    (study / "arms").mkdir()
+    (study / "arms" / "fedavg.toml").write_text('strategy = "fedavg"\nlocal-epochs = 1\n[grid]\n'
+                                                "num-server-rounds = [1, 2]\n")
+    (study / "arms" / "local.toml").write_text('strategy = "local"\nnum-server-rounds = 1\n[grid]\n'
+                                               "local-epochs = [1, 2]\n")
+    runner = script("run_forecaster_study")
+    args = ["--study", str(study), "--data", "synthetic", "--profile", "smoke", "--tune-seeds", "0",
+            "--supernodes", "4", "--out", str(tmp_path / "out"), "--ray-address", ray_head.address, "--refit", "7"]
+    assert runner.main(args) == 0
+    out = tmp_path / "out" / "synthetic-smoke"
+    choices = pd.read_csv(out / "choices.csv")
+    assert not any("test" in column for column in choices.columns)
+    assert {"fedavg", "local", "ETS", "LightGBM pooled", "LSTM pooled", "window average"} <= set(choices["arm"])
+    assert choices.groupby("arm")["chosen"].sum().eq(1).all()
+    for summary in (out / "tuning").rglob("summary.json"):  # the tuning runs never saw a test day
+        assert json.loads(summary.read_text())["test-period-scored"] is False
+    assert not (out / "test-log.jsonl").exists() and not (out / "table.csv").exists()
+    assert runner.main([*args, "--seeds", "0", "1", "--final"]) == 0
+    log = [json.loads(line) for line in (out / "test-log.jsonl").read_text().splitlines()]
+    assert len(log) == 1 and len(log[0]["commit"]) == 40 and log[0]["origins"] == 3
+    households = pd.read_csv(out / "households.csv")
+    assert set(households["origin"]) == {0, 1, 2} and {"mae", "rmse", "mase"} <= set(households.columns)
+    assert households["household"].str.startswith(("d0:", "d1:")).all()  # the synthetic pool anew per seed
+    table = pd.read_csv(out / "table.csv").set_index("forecaster")
+    assert {"fedavg", "fedavg (model)", "local", "best baseline per household", "ETS", "LightGBM pooled",
+            "LightGBM local", "LSTM pooled", "naive: blend"} <= set(table.index)
+    mean = households[households["forecaster"] == "fedavg"].groupby("household")["mae"].mean().mean()
+    assert table.loc["fedavg", "MAE"] == pytest.approx(mean)
+    assert "[" in table.loc["fedavg", "vs own best baseline"] and "[" in table.loc["fedavg", "vs pooled LightGBM"]
+    assert (out / "table.png").stat().st_size > 5000 and (out / "forecasts.csv.gz").exists()
+    assert runner.main([*args, "--seeds", "0", "1", "--final"]) == 0  # resumable; the second scoring is logged
+    assert len((out / "test-log.jsonl").read_text().splitlines()) == 2

@@ -74,10 +74,13 @@ def test_a_household_too_short_for_an_origin_is_named_and_counted():
     gappy = household(80, "gappy")
     litres = gappy.litres.copy()
     litres[74:78] = np.nan  # block 2 (73..79): 1 complete window left
-    pool = select_pool([household(80, "long"), HouseholdDaily("gappy", MONDAY, litres)], origins())
+    homes = [household(80, "long"), HouseholdDaily("gappy", MONDAY, litres)]
+    pool = select_pool(homes, origins(origin=2))
     assert pool.report.set_index("household").loc["gappy", "status"] == \
         "too few windows (origin 2: 1 test windows (< 7))"
     assert pool.report.set_index("household").loc["long", "test_windows"] == 7
+    # each origin has its own pool: the gap is in block 2 only
+    assert [h.household_id for h in select_pool(homes, origins(origin=1)).households] == ["gappy", "long"]
 
 
 def test_bad_input_names_the_key():

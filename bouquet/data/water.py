@@ -493,13 +493,14 @@ def global_scaler(households: list[HouseholdDaily], config: WaterDataParams) -> 
 
 def layout_problem(household: HouseholdDaily, config: WaterDataParams) -> str | None:
     """Why ``household`` cannot be a pool member under ``config`` (too few windows overall, or too few fit,
-    validation or test windows at some origin of ``split = "origins"``), or None."""
+    validation or test windows at the run's origin of ``split = "origins"``: each origin has its own pool, and a
+    household whose block falls in a gap sits that origin out, named in ``pool.csv``), or None."""
     litres = np.asarray(household.litres, dtype=np.float64)
     targets = _complete_windows(litres, config.lookback)
     if len(targets) < max(config.min_windows, 2):
         return (f"{len(targets)} complete windows from {household.valid_days} valid days; needs at least "
                 f"{max(config.min_windows, 2)} windows of {config.lookback} + 1 consecutive valid days")
-    origins = range(config.origins) if config.split == "origins" else [None]
+    origins = [config.origin] if config.split == "origins" else [None]  # each origin has its own pool
     for origin in origins:
         n_fit, n_val, n_test = split_layout(litres, targets, config, origin).counts
         where = f"origin {origin}: " if origin is not None else ""

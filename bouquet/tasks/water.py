@@ -46,6 +46,7 @@ __all__ = [
     "predict_litres",
     "proximal_penalty",
     "split_windows",
+    "train_pooled",
     "train_windows",
     "training_loss",
 ]
@@ -190,6 +191,34 @@ def train_windows(model: nn.Module, windows: ClientWindows, settings: WaterTrain
         if after_epoch is not None:
             after_epoch(epoch + 1)
             model.train()
+    return last
+
+
+def train_pooled(model: nn.Module, tasks: list[WaterTask], settings: WaterTrainParams, rng: np.random.Generator
+                 ) -> float:
+    """The centralised reference: ``settings.epochs`` epochs of Adam on every household's fit windows shuffled
+    together, each batch's windows read with their own household's blend (``forecast-baseline = "household"``),
+    in place.  Returns the last epoch's mean loss."""
+    x = torch.from_numpy(np.concatenate([t.windows.x_train for t in tasks]))
+    y = torch.from_numpy(np.concatenate([t.windows.y_train for t in tasks]))
+    blends = torch.from_numpy(np.concatenate([np.full(t.num_examples, t.blend, dtype=np.float32) for t in tasks]))
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate)
+    loss_fn = training_loss(settings)
+    model.train()
+    last = 0.0
+    for _ in range(settings.epochs):
+        order = torch.from_numpy(rng.permutation(len(y)))
+        total = 0.0
+        for start in range(0, len(y), settings.batch_size):
+            batch = order[start:start + settings.batch_size]
+            model.blend = blends[batch]  # a per-window blend: the pooled windows come from many households
+            optimizer.zero_grad()
+            loss = loss_fn(model(x[batch]), y[batch])
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(batch)
+        last = total / len(y)
+    model.blend = 0.0
     return last
 
 
