@@ -358,3 +358,16 @@ def test_global_scaling_fits_one_scaler_on_every_households_training_days():
         WaterPool([low], pd.DataFrame({"household": ["a"]})).client(0, config)
     with pytest.raises(ValueError, match="scaling"):
         WaterDataParams(scaling="pooled")
+
+
+def test_the_pool_line_says_what_the_filters_left_out():
+    import pandas as pd
+
+    from bouquet.tasks.water_server import pool_text
+
+    report = pd.DataFrame({"status": ["pool"] * 3 + ["inactive (mean 1 < 2)"] * 5 + ["short history (3 < 4)",
+                                                                                     "too few windows (x)"]})
+    assert pool_text(report, "pool.csv") == (
+        "3 of 10 households (left out: 5 inactive, 1 short history, 1 too few windows; per household: pool.csv; "
+        "a utility forecasting every household sets active-factor=0 min-history-days=0)")
+    assert pool_text(report.iloc[:3], "p.csv") == "3 of 3 households (report: p.csv)"
