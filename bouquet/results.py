@@ -43,7 +43,8 @@ class RunRecorder:
     ----------
     folder : Path
         Created if missing.  An existing ``summary.json`` there means a
-        finished run: refused, so that no result is overwritten.
+        finished run, and any other file an interrupted one: both refused (unless ``resume``), so that no
+        run writes over another run's results.
     resume : bool, default False
         Go on appending to the existing folder of an interrupted run (tables keep the columns of their
         header line); see :meth:`reopen`.
@@ -55,6 +56,9 @@ class RunRecorder:
             raise FileExistsError(f"{self.folder} already holds a finished run; choose another run-name")
         if resume and not self.folder.is_dir():
             raise FileNotFoundError(f"no run folder {self.folder} to resume")
+        if not resume and self.folder.is_dir() and any(self.folder.iterdir()):
+            raise FileExistsError(f"{self.folder} holds another (interrupted) run: resume it with resume-from, or "
+                                  f"choose another run-name; no run writes over another run's folder")
         self.folder.mkdir(parents=True, exist_ok=True)
         self.resumed = resume
         self._columns: dict[str, list[str]] = {}
@@ -67,8 +71,15 @@ class RunRecorder:
     @classmethod
     def create(cls, results_dir: str | Path, run_name: str = "", label: str = "run") -> RunRecorder:
         """A new folder ``results_dir/run_name`` (default ``YYYYmmdd-HHMMSS-label``)."""
-        name = run_name or f"{time.strftime('%Y%m%d-%H%M%S')}-{label}"
-        return cls(Path(results_dir).expanduser().resolve() / name)
+        base = Path(results_dir).expanduser().resolve()
+        if run_name:
+            return cls(base / run_name)
+        name = f"{time.strftime('%Y%m%d-%H%M%S')}-{label}"
+        folder, n = base / name, 1
+        while folder.exists():  # two runs started in the same second: each its own folder
+            n += 1
+            folder = base / f"{name}-{n}"
+        return cls(folder)
 
     def write_json(self, name: str, payload: Mapping[str, Any]) -> Path:
         path = self.folder / name

@@ -303,3 +303,16 @@ def test_numpy_arrays_in_a_state_keep_their_dtype_and_shape_through_the_split():
     assert back["m"]["w"].dtype == np.float32 and back["m"]["w"].shape == (2, 3)
     np.testing.assert_array_equal(back["m"]["w"], moments["m"]["w"])
     assert back["sketch"] == [0.5] * 40 and back["n"] == 3
+
+
+def test_no_run_writes_over_another_runs_folder(tmp_path):
+    first = RunRecorder.create(tmp_path, "", label="x")
+    first.log_round(1, "train", {"loss": 1.0})
+    second = RunRecorder.create(tmp_path, "", label="x")  # the same second: a folder of its own
+    assert second.folder != first.folder
+    with pytest.raises(FileExistsError, match="holds another \\(interrupted\\) run: resume it with resume-from"):
+        RunRecorder.create(tmp_path, first.folder.name)
+    first.write_json("summary.json", {"done": True})
+    with pytest.raises(FileExistsError, match="already holds a finished run"):
+        RunRecorder(first.folder)
+    assert RunRecorder.reopen(second.folder).resumed
