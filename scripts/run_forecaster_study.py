@@ -348,6 +348,8 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
     table.to_csv(out / "table.csv", index=False)
     (out / "table.md").write_text(markdown_table(table) + "\n")
     (out / "study.json").write_text(json.dumps({**log_entry, "arms-run": [c.name for c in picked],
+                                                "households-scored": int(errors["household"].nunique()),
+                                                "households-left-out": table.attrs["left-out"],
                                                 "failures": failures}, indent=1))
     plot_rolling(errors, table, out / "table.png")
     print(markdown_table(table))
@@ -380,10 +382,13 @@ def rolling_tables(forecasts: pd.DataFrame, validation: pd.DataFrame, own_valida
     named = picked.assign(forecaster=[f"{a} (model)" if a in flower else a for a in picked["arm"]])
     per_household = own_validation.groupby(["forecaster", "household"])["mae"].mean().reset_index()
     choice = per_household_choice(per_household, [c for c in OWN_BEST if c in set(common["forecaster"])])
+    # a household that joins the pool only at a later origin (its days before the first origin were too few or
+    # gappy) has no design-period validation to choose its best baseline on: it sits out the table, named
     unchosen = sorted(set(common["household"]) - set(choice))
     if unchosen:
-        raise ValueError(f"{len(unchosen)} households have no validation MAE to choose their best baseline on: "
-                         f"{unchosen[:5]}")
+        print(f"{len(unchosen)} households joined the pool after the first origin and have no validation days "
+              f"before it to choose their best baseline on; the table leaves them out: {', '.join(unchosen)}")
+        common = common[~common["household"].isin(unchosen)]
     common = pd.concat([common, chosen_forecasts(common, choice, OWN_BEST_NAME)], ignore_index=True)
     errors = household_errors(common, scales)
     present = set(errors["forecaster"])
@@ -399,6 +404,7 @@ def rolling_tables(forecasts: pd.DataFrame, validation: pd.DataFrame, own_valida
     table.insert(1, "val MAE", [next((val_means[n] for n in (f, f"{f} (model)", f.removesuffix(" (model)"))
                                       if n in val_means.index), np.nan) for f in table["forecaster"]])
     table.attrs["best-baseline"] = best
+    table.attrs["left-out"] = unchosen
     return table, errors
 
 
