@@ -193,20 +193,26 @@ def test_the_default_job_short(run_app):
     summary = RunFolder(folder).summary()
     config = RunFolder(folder).config()
     assert (config["forecaster"], config["forecast-baseline"], config["learning-rate"], config["local-epochs"],
-            config["personalize-epochs"], config["validation-fraction"]) == ("personal", "household", 0.01, 3, 5, 0.15)
-    # moved on purpose (the profile inputs read every day before each target; the naive forecasters every day
-    # before the day they forecast; per-round evaluation scores validation windows only): pins of 1173658 were
-    # [117.16417585767705, 42.75786999909571, 0.01750591866916287, 118.53127492834551]
+            config["personalize-epochs"], config["personalize-early-stop"], config["split"], config["origin"],
+            config["validation-days"], config["fallback"]) == ("personal", "household", 0.01, 3, 5, True, "origins", 2,
+                                                               56, "combine")
+    # moved on purpose twice.  (1) The profile inputs read every day before each target, the naive forecasters
+    # every day before the day they forecast, per-round evaluation scores validation windows only; pins of
+    # 1173658: [117.16417585767705, 42.75786999909571, 0.01750591866916287, 118.53127492834551].  (2) The preset
+    # became the rolling-origin study's choice (split = origins with the latest block as test days, the fallback
+    # combine, fine-tuning that stops on validation); pins before:
+    # [116.86689566408002, 41.81122499388516, 0.017299492826222052, 118.64939140993674]
     np.testing.assert_allclose([summary["mae-litres-mean"], summary["mae-litres-std"], summary["mse-mean"],
-                                summary["val-mae-litres-mean"]],
-                               [116.86689566408002, 41.81122499388516, 0.017299492826222052, 118.64939140993674],
-                               rtol=RTOL)
+                                summary["val-mae-litres-mean"], summary["model-mae-litres-mean"]],
+                               [116.12648212299149, 52.46583436394502, 0.011896865518784128, 103.21468794667338,
+                                118.81832536398655], rtol=RTOL)
     np.testing.assert_allclose(_rounds(folder, "train", "train-loss"),
-                               [0.08056002336999644, 0.09655359190570045, 0.08123563268417333], rtol=RTOL)
+                               [0.08024979816744325, 0.07505681594130544, 0.07843275972902346], rtol=RTOL)
     # a tenth of the nodes evaluate each round (one of 12; each fine-tunes first) on validation, every node at the end
     np.testing.assert_allclose(_rounds(folder, "evaluate", "val-mse"),
-                               [0.02264060892437709, 0.006125396509919739, 0.006228491499592059], rtol=RTOL)
+                               [0.025680332257478605, 0.004724751621766533, 0.004717711013743233], rtol=RTOL)
     assert _rounds(folder, "evaluate", "mse") == []  # the test period is scored once, at the end
     assert summary["clients-evaluated"] == 12 and summary["best-naive"] == "blend"
+    assert summary["served"] == {"baseline": 3, "combined": 5, "model": 4}
     assert "the best naive forecast on validation; skill" in stdout
     assert (folder / "report.png").exists()
