@@ -87,10 +87,9 @@ FORECASTERS: dict[str, dict[str, Any]] = {
     "improved": {"forecast-baseline": "window-median", "forecast-loss": "l1", "calendar-inputs": "weekday",
                  "household-inputs": "profile"},
     "personal": {"forecast-baseline": "household", "forecast-loss": "l1", "calendar-inputs": "weekday",
-                 "household-inputs": "profile", "split": "origins", "origins": 3, "origin": 2, "origin-days": 28,
-                 "validation-days": 56, "learning-rate": 0.01, "local-epochs": 3, "num-server-rounds": 50,
-                 "personalize-epochs": 5, "personalize-early-stop": True, "fallback": "combine",
-                 "fraction-evaluate": 0.1},
+                 "household-inputs": "profile", "split": "origins", "origin": 2, "learning-rate": 0.01,
+                 "local-epochs": 3, "num-server-rounds": 50, "personalize-epochs": 5, "personalize-early-stop": True,
+                 "fallback": "combine", "fraction-evaluate": 0.1},
 }
 #: Preset keys not applied with Per-FedAvg, which personalises the served model itself.
 _PERSONALISATION_KEYS = ("personalize-epochs", "personal-layers", "ditto-lambda")
