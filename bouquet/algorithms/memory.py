@@ -24,6 +24,13 @@ the pair spent together (a co-association matrix, Fred and Jain 2005), and avera
 (0.5) forms the coalitions.  The first round's coalitions are the rule's own, and a group the rule stops
 finding once its model has converged (every member alone) keeps the evidence it had.
 
+With ``evidence = "stacked"`` the two are stacked: the cosine evidence (first level, decay ``lambda``) is
+joined by average linkage at Otsu's threshold each round, and the coalitions that gives the round's clients
+are counted as ``together`` evidence (second level), joined by average linkage at the majority.  The first
+level finds groups whose opinions separate at once (the image models' feature extractors: the groups in round
+1-3); the second keeps a group together through the rounds where the first level briefly merges or splits it
+(converged models' updates are mostly noise): a majority vote over every round so far.
+
 No Flower import: the strategy adapter is :class:`bouquet.strategies.aggregation.Coalitions`.
 """
 
@@ -39,15 +46,16 @@ import numpy as np
 from bouquet.algorithms.hk import gram_embedding
 from bouquet.params import require
 
-__all__ = ["MAJORITY", "MemoryParams", "MemoryState", "PairEvidence", "average_linkage", "carry_keys",
-           "evidence_opinions", "otsu_threshold", "together_evidence"]
+__all__ = ["MAJORITY", "MEMORY_FORMS", "MemoryParams", "MemoryState", "PairEvidence", "VALIDATED_FORM",
+           "average_linkage", "carry_keys", "evidence_opinions", "linkage_at_otsu", "memory_form", "otsu_threshold",
+           "together_evidence"]
 
 #: How the confidence bound with memory is set.
 MEMORY_TAU = ("given", "otsu", "majority")
 #: How coalitions are formed from the evidence.
 MEMORY_FORMATION = ("rule", "linkage")
 #: What a round adds to the evidence of a pair.
-MEMORY_EVIDENCE = ("cosine", "together")
+MEMORY_EVIDENCE = ("cosine", "together", "stacked")
 #: The ``majority`` threshold: linked when together in more than half of the rounds that informed the pair.
 MAJORITY = 0.5
 
@@ -76,7 +84,9 @@ class MemoryParams:
         two in one coalition that round (:func:`together_evidence`: 1 together, 0 apart with at least one of
         them in a coalition of two or more, nothing when both were alone: a round with no evidence either
         way).  ``together`` accumulates the rule's own per-round coalitions (evidence accumulation, Fred and
-        Jain 2005) and needs ``formation = "linkage"``.
+        Jain 2005) and needs ``formation = "linkage"``.  ``stacked``: the coalitions of the cosine evidence
+        (decayed by ``decay``, joined by linkage at Otsu's threshold, :func:`linkage_at_otsu`) counted as
+        ``together`` evidence; needs ``formation = "linkage"`` and ``tau = "majority"``.
     """
 
     active: bool = False
@@ -94,11 +104,14 @@ class MemoryParams:
         require(self.evidence in MEMORY_EVIDENCE, "evidence",
                 f"coalition-memory-evidence must be one of {MEMORY_EVIDENCE}, got {self.evidence!r}")
         require(self.evidence == "cosine" or self.formation == "linkage", "formation",
-                "coalition-memory-evidence 'together' needs coalition-memory-formation = 'linkage' (the rule "
-                "already made the round's coalitions the evidence counts)")
-        require(self.tau != "majority" or self.evidence == "together", "tau",
+                f"coalition-memory-evidence {self.evidence!r} needs coalition-memory-formation = 'linkage' (the "
+                "round's coalitions the evidence counts are already made)")
+        require(self.tau != "majority" or self.evidence in ("together", "stacked"), "tau",
                 "coalition-memory-tau 'majority' is a share of rounds together: it needs "
-                "coalition-memory-evidence = 'together'")
+                "coalition-memory-evidence = 'together' or 'stacked'")
+        require(self.evidence != "stacked" or self.tau == "majority", "tau",
+                "coalition-memory-evidence 'stacked' joins its second level at the majority: it needs "
+                "coalition-memory-tau = 'majority' (its first level always uses Otsu's threshold)")
 
     def rule_conflict(self, rule_label: str, has_tau: bool, sets_tau: bool) -> str | None:
         """Why this memory cannot run with a coalition rule, or None when it can.
@@ -272,6 +285,21 @@ def otsu_threshold(values: np.ndarray) -> float:
     return float((ordered[split] + ordered[split + 1]) / 2)
 
 
+def linkage_at_otsu(evidence: PairEvidence, fallback: float) -> tuple[np.ndarray, float]:
+    """Coalitions of every client in ``evidence`` by :func:`average_linkage` of its running means at
+    :func:`otsu_threshold` over the pairs seen together (``fallback`` while those take fewer than two values).
+
+    Returns
+    -------
+    (labels, tau)
+        One coalition id per client of ``evidence.nodes`` and the threshold used.
+    """
+    mean = evidence.mean()
+    values = mean[np.triu(evidence.weight > 0, 1)]
+    tau = otsu_threshold(values) if np.unique(values).size > 1 else float(fallback)
+    return average_linkage(mean, tau), tau
+
+
 def carry_keys(labels: np.ndarray, nodes: Sequence[int], previous: Mapping[int, str],
                next_id: int) -> tuple[dict[int, str], int]:
     """Names for this round's coalitions: the previous name most of a coalition's members held.
@@ -326,29 +354,71 @@ class MemoryState:
         The coalition each client was last placed in (the key of the model it is served).
     next_id : int
         The number of the next new coalition name (``c<next_id>``).
+    first : PairEvidence
+        ``evidence = "stacked"``: the cosine evidence of the first level (empty otherwise).
     """
 
     evidence: PairEvidence = field(default_factory=PairEvidence)
     names: Mapping[int, str] = field(default_factory=dict)
     next_id: int = 0
+    first: PairEvidence = field(default_factory=PairEvidence)
 
     def to_json(self) -> dict:
         """JSON-able (node ids as ints and as dict keys, so that a checkpoint can name them by stable key;
         floats as Python floats, which JSON carries to the bit)."""
-        return {"nodes": [int(node) for node in self.evidence.nodes],
-                "total": self.evidence.total.tolist(), "weight": self.evidence.weight.tolist(),
-                "names": {str(node): name for node, name in self.names.items()}, "next": f"c{self.next_id}"}
+        state = {"nodes": [int(node) for node in self.evidence.nodes],
+                 "total": self.evidence.total.tolist(), "weight": self.evidence.weight.tolist(),
+                 "names": {str(node): name for node, name in self.names.items()}, "next": f"c{self.next_id}"}
+        if self.first.nodes:  # stacked evidence only: the other forms' states are as before
+            state["first"] = {"nodes": [int(node) for node in self.first.nodes], "total": self.first.total.tolist(),
+                              "weight": self.first.weight.tolist()}
+        return state
 
     @classmethod
     def from_json(cls, state: Mapping) -> MemoryState:
         """The inverse of :meth:`to_json`."""
-        try:
-            nodes = tuple(int(node) for node in state["nodes"])
+        def evidence(part: Mapping) -> PairEvidence:
+            nodes = tuple(int(node) for node in part["nodes"])
             n = len(nodes)
-            total = np.asarray(state["total"], dtype=np.float64).reshape(n, n)
-            weight = np.asarray(state["weight"], dtype=np.float64).reshape(n, n)
+            return PairEvidence(nodes, np.asarray(part["total"], dtype=np.float64).reshape(n, n),
+                                np.asarray(part["weight"], dtype=np.float64).reshape(n, n))
+
+        try:
             names = {int(node): str(name) for node, name in state["names"].items()}
             next_id = int(str(state["next"]).removeprefix("c"))
+            return cls(evidence(state), names, next_id, evidence(state["first"]) if "first" in state else PairEvidence())
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"not a coalition memory state: {error}") from None
-        return cls(PairEvidence(nodes, total, weight), names, next_id)
+
+
+#: Coalition memory's named forms (the drop-ins' ``memory=`` argument; ``docs/METHODS.md``, "Coalition
+#: memory"): ``cosine`` the rule on the cosine evidence at its own tau, ``linkage-otsu`` average linkage of
+#: the cosine evidence at Otsu's threshold, ``together`` the rule's own coalitions remembered (majority),
+#: ``stacked`` the coalitions of ``linkage-otsu`` remembered (majority).  Decay 1 in each.
+MEMORY_FORMS: dict[str, MemoryParams] = {
+    "cosine": MemoryParams(active=True),
+    "linkage-otsu": MemoryParams(active=True, tau="otsu", formation="linkage"),
+    "together": MemoryParams(active=True, tau="majority", formation="linkage", evidence="together"),
+    "stacked": MemoryParams(active=True, tau="majority", formation="linkage", evidence="stacked"),
+}
+#: The form ``memory=True`` gives: the one the groups study chose on validation error
+#: (docs/results/groups.md, "Confirmed").
+VALIDATED_FORM = "stacked"
+
+
+def memory_form(memory: bool | str | MemoryParams, argument: str = "memory") -> MemoryParams:
+    """The :class:`MemoryParams` that ``memory`` names: False off (the paper), True the validated form
+    (:data:`VALIDATED_FORM`), a name of :data:`MEMORY_FORMS`, or the params themselves.
+
+    Raises ValueError naming ``argument`` for anything else.
+    """
+    if isinstance(memory, MemoryParams):
+        return memory
+    if memory is False:
+        return MemoryParams()
+    if memory is True:
+        return MEMORY_FORMS[VALIDATED_FORM]
+    if isinstance(memory, str) and memory in MEMORY_FORMS:
+        return MEMORY_FORMS[memory]
+    raise ValueError(f"{argument} must be False, True (the validated form, {VALIDATED_FORM!r}), one of "
+                     f"{sorted(MEMORY_FORMS)} or a MemoryParams, got {memory!r}")

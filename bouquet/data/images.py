@@ -43,8 +43,9 @@ import numpy as np
 
 from bouquet.params import require
 
-__all__ = ["GROUPINGS", "ImageData", "VisionDataParams", "client_test_rows", "dirichlet_partition", "group_of",
-           "group_permutation", "grouped", "iid_partition", "load_images", "partition", "shard_partition"]
+__all__ = ["GROUPINGS", "SYMMETRIES", "ImageData", "VisionDataParams", "client_test_rows", "dirichlet_partition",
+           "group_assignment", "group_of", "group_permutation", "grouped", "iid_partition", "load_images", "partition",
+           "shard_partition", "validation_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +72,22 @@ class VisionDataParams:
     seed : int, default 0
         Seeds the partition, the label permutations and the clients' test subsets.
     groups : {"none", "rotate", "permute"}, default "none"
-        Known client groups (the clustered-FL benchmarks): client ``k`` is in group ``k % num_groups``;
-        ``rotate`` turns its images by ``90 x group`` degrees, ``permute`` maps its labels through a
+        Known client groups (the clustered-FL benchmarks): the clients are dealt to the groups in equal
+        numbers (sizes differ by at most one) in an order drawn from ``seed`` (:func:`group_assignment`);
+        ``rotate`` turns a group's images by ``90 x (group mod 4)`` degrees, mirrored left to right for groups
+        4-7 (the eight symmetries of the square: at most 8 groups), ``permute`` maps its labels through a
         seeded permutation per group (group 0 unchanged).
     num_groups : int, default 4
     client_test_size : int, default 0
         Test images each client holds (a seeded subset of the test set, in its group's form) for
         evaluation on the clients; 0: none (the server scores models centrally).
+    validation_fraction : float, default 0.0
+        ``validation-fraction`` (the water task's key): the share of each client's training images held out
+        (a seeded subset, at least one image when > 0) and scored each round as ``val-accuracy`` and
+        ``val-loss``; in [0, 0.5].
+    score_test : bool, default True
+        ``score-test`` (the water task's key): False locks the test images: no client scores them (a study's
+        tuning runs read validation only) and the server's central evaluation is refused.
     """
 
     dataset: str = "digits"
@@ -89,6 +99,8 @@ class VisionDataParams:
     groups: str = "none"
     num_groups: int = 4
     client_test_size: int = 0
+    validation_fraction: float = 0.0
+    score_test: bool = True
 
     def __post_init__(self) -> None:
         require(self.dataset in DATASETS, "dataset", f"vision-dataset must be one of {DATASETS}, got {self.dataset!r}")
@@ -101,6 +113,11 @@ class VisionDataParams:
         require(self.dirichlet_alpha > 0, "dirichlet_alpha", f"dirichlet-alpha must be > 0, got {self.dirichlet_alpha}")
         require(self.groups in GROUPINGS, "groups", f"vision-groups must be one of {GROUPINGS}, got {self.groups!r}")
         require(self.num_groups >= 1, "num_groups", f"vision-num-groups must be >= 1, got {self.num_groups}")
+        require(self.groups != "rotate" or self.num_groups <= len(SYMMETRIES), "num_groups",
+                f"vision-groups = 'rotate' has {len(SYMMETRIES)} distinct forms (4 turns, mirrored or not): "
+                f"vision-num-groups must be <= {len(SYMMETRIES)}, got {self.num_groups}")
+        require(0.0 <= self.validation_fraction <= 0.5, "validation_fraction",
+                f"validation-fraction must be in [0, 0.5], got {self.validation_fraction}")
         require(self.client_test_size >= 0, "client_test_size",
                 f"vision-client-test-size must be >= 0, got {self.client_test_size}")
 
@@ -299,9 +316,28 @@ def partition(labels: np.ndarray, num_clients: int, config: VisionDataParams) ->
 
 
 # ----------------------------------------------------------- known groups
-def group_of(partition_id: int, config: VisionDataParams) -> int | None:
-    """Client ``partition_id``'s group (``partition_id % num_groups``), or None without groups."""
-    return None if config.groups == "none" else partition_id % config.num_groups
+#: The ``rotate`` groups' forms: (quarter turns, mirrored), group g taking form g.
+SYMMETRIES = tuple((turns, mirrored) for mirrored in (False, True) for turns in range(4))
+
+
+def group_assignment(num_partitions: int, config: VisionDataParams) -> np.ndarray:
+    """Each client's group: ``k % num_groups`` over the clients, in an order drawn from ``config.seed``
+    (the data seed redraws which clients share a group).
+
+    Raises ValueError, naming ``vision-num-groups``, when there are fewer clients than groups.
+    """
+    if num_partitions < config.num_groups:
+        raise ValueError(f"vision-num-groups = {config.num_groups} needs at least as many clients "
+                         f"(num-supernodes), got {num_partitions}")
+    rng = np.random.default_rng([config.seed, 29, num_partitions])
+    return rng.permutation(np.arange(num_partitions) % config.num_groups)
+
+
+def group_of(partition_id: int, config: VisionDataParams, num_partitions: int) -> int | None:
+    """Client ``partition_id``'s group (:func:`group_assignment`), or None without groups."""
+    if config.groups == "none":
+        return None
+    return int(group_assignment(num_partitions, config)[partition_id])
 
 
 def group_permutation(group: int, num_classes: int, seed: int) -> np.ndarray:
@@ -315,14 +351,32 @@ def grouped(x: np.ndarray, y: np.ndarray, group: int | None, num_classes: int,
             config: VisionDataParams) -> tuple[np.ndarray, np.ndarray]:
     """Images and labels as a client of ``group`` sees them (unchanged without groups).
 
-    ``rotate``: each image (N, C, H, W) turned by ``group`` quarter turns; ``permute``: labels mapped by
-    :func:`group_permutation`.  Inputs are not modified.
+    ``rotate``: each image (N, C, H, W) turned by ``group mod 4`` quarter turns, and mirrored left to right
+    for groups 4-7 (:data:`SYMMETRIES`); ``permute``: labels mapped by :func:`group_permutation`.  Inputs are
+    not modified.
     """
     if group is None or config.groups == "none":
         return x, y
     if config.groups == "rotate":
-        return np.ascontiguousarray(np.rot90(x, k=group, axes=(2, 3))), y
+        turns, mirrored = SYMMETRIES[group]
+        turned = np.rot90(x, k=turns, axes=(2, 3))
+        return np.ascontiguousarray(turned[..., ::-1] if mirrored else turned), y
     return x, group_permutation(group, num_classes, config.seed)[y]
+
+
+def validation_rows(num_rows: int, partition_id: int, config: VisionDataParams) -> np.ndarray:
+    """Which of a client's ``num_rows`` training images it holds out for validation (seeded positions,
+    ``round(validation_fraction x num_rows)`` of them, at least one when the fraction is > 0).
+
+    Raises ValueError, naming ``validation-fraction``, when that leaves the client no training image.
+    """
+    if config.validation_fraction <= 0:
+        return np.zeros(0, dtype=int)
+    size = max(1, int(round(config.validation_fraction * num_rows)))
+    if size >= num_rows:
+        raise ValueError(f"validation-fraction = {config.validation_fraction} leaves client {partition_id} no "
+                         f"training image (it holds {num_rows}): lower it, or use fewer clients")
+    return np.sort(np.random.default_rng([config.seed, 5, partition_id]).choice(num_rows, size=size, replace=False))
 
 
 def client_test_rows(num_test: int, partition_id: int, config: VisionDataParams) -> np.ndarray:

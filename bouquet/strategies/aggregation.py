@@ -36,6 +36,7 @@ from bouquet.algorithms.memory import (
     average_linkage,
     carry_keys,
     evidence_opinions,
+    linkage_at_otsu,
     otsu_threshold,
     together_evidence,
 )
@@ -371,7 +372,19 @@ class Coalitions:
             gram = gram_matrix(opinions)
             moved = np.flatnonzero(np.diag(gram) > 0)  # a zero update has no direction: no evidence this round
             cosines = gram_cosines(gram[np.ix_(moved, moved)])
-            evidence = state.evidence.update([kept.node_ids[i] for i in moved], cosines, memory.decay)
+            ids = [kept.node_ids[i] for i in moved]
+            if memory.evidence == "stacked":  # the cosine evidence's coalitions, counted per pair
+                first = state.first.update(ids, cosines, memory.decay)
+                rule_tau = getattr(getattr(self.rule, "params", None), "tau", None)
+                first_labels, first_tau = linkage_at_otsu(first, MAJORITY if rule_tau is None else rule_tau)
+                at = {node: i for i, node in enumerate(first.nodes)}
+                round_labels = first_labels[[at[node] for node in ids]]
+                values, observed = together_evidence(round_labels)
+                evidence = state.evidence.update(ids, values, memory.decay, observed)
+                facts = {"first-tau": float(first_tau), "round-coalitions": int(np.unique(round_labels).size)}
+                state = dataclasses.replace(state, first=first)
+            else:
+                evidence = state.evidence.update(ids, cosines, memory.decay)
         mean = evidence.mean()
         nodes = evidence.nodes
         tau = MAJORITY if memory.tau == "majority" else getattr(getattr(self.rule, "params", None), "tau", None)
@@ -399,7 +412,7 @@ class Coalitions:
         labels = np.array([label_of[name_of[node]] for node in kept.node_ids], dtype=int)
         fresh = set(round_names)
         served = {node: name for node, name in name_of.items() if name in fresh}
-        self._state = MemoryState(evidence, {**state.names, **served}, next_id)
+        self._state = MemoryState(evidence, {**state.names, **served}, next_id, state.first)
         return labels, Partition(labels, {**facts, **report}), dict(enumerate(round_names)), served
 
     def state_dict(self) -> dict[str, Any]:

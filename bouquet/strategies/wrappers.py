@@ -24,6 +24,7 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from bouquet.algorithms.clustered import CFLParams, IFCAParams
 from bouquet.algorithms.coalitions_fixed_k import FixedKParams
 from bouquet.algorithms.hk import HKParams
+from bouquet.algorithms.memory import MemoryParams, memory_form
 from bouquet.algorithms.selection import Selector
 from bouquet.strategies.aggregation import Aggregator, Coalitions, FixedKRule, HKRule, WeightedMean
 from bouquet.strategies.clustered import CFLClusters, ClusterMeans, IFCASampler, LocalModels, ifca_models
@@ -54,6 +55,16 @@ MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
 
 def _hooks(recorder: Recorder | None) -> tuple[Hook, ...]:
     return (ConsoleLines(),) if recorder is None else (ConsoleLines(), RecorderObserver(recorder))
+
+
+def _coalitions(drop_in: str, rule: HKRule | FixedKRule, params: CoalitionParams,
+                memory: bool | str | MemoryParams) -> Coalitions:
+    """The coalition aggregator of a drop-in, a bad or unusable ``memory`` named as its argument."""
+    argument = f"{drop_in}(memory=...)"
+    try:
+        return Coalitions(rule, params, memory_form(memory, argument))
+    except ValueError as error:
+        raise ValueError(str(error) if str(error).startswith(argument) else f"{argument}: {error}") from None
 
 
 def _store(coalition_models: str) -> SharedModel | AssignedModels:
@@ -192,6 +203,13 @@ class HKFedAvg(BouquetStrategy):
     opinion_arrays : str, default ""
         Comma-separated prefixes of the array names HK reads (``"features."``); empty: every array (the
         paper).  Aggregation always averages whole models.
+    memory : bool or str or MemoryParams, default False
+        Coalition memory (``docs/METHODS.md``, "Coalition memory"): False, each round's coalitions from that
+        round alone (the paper); True, the form the groups study chose on validation
+        (:data:`bouquet.algorithms.memory.VALIDATED_FORM`); or a
+        form's name from :data:`bouquet.algorithms.memory.MEMORY_FORMS` (``"cosine"``, ``"linkage-otsu"``,
+        ``"together"``, ``"stacked"``), or a :class:`~bouquet.algorithms.memory.MemoryParams`.  Use it
+        with ``coalition_models="personal"`` and ``opinion_space="updates"``, as the study does.
     """
 
     def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
@@ -211,6 +229,7 @@ class HKFedAvg(BouquetStrategy):
                  min_coalition_fraction: float = CoalitionParams.min_coalition_fraction,
                  update_norm_bound: float = CoalitionParams.update_norm_bound,
                  opinion_arrays: str = CoalitionParams.opinion_arrays,
+                 memory: bool | str | MemoryParams = False,
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
@@ -220,7 +239,8 @@ class HKFedAvg(BouquetStrategy):
                                      update_norm_bound, opinion_arrays)
         sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
                                   min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        _compose(self, UniformSampler(sampling), Coalitions(HKRule(hk, record_trajectories), coalitions),
+        _compose(self, UniformSampler(sampling), _coalitions("HKFedAvg", HKRule(hk, record_trajectories), coalitions,
+                                                              memory),
                  RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
                  evaluate_metrics_aggr_fn, recorder, models=_store(coalition_models))
 
@@ -246,6 +266,9 @@ class FixedKFedAvg(BouquetStrategy):
     coalition_models : {"shared", "personal"}, default "shared"
     min_coalition_fraction, update_norm_bound : float, default 0.0
         As in :class:`HKFedAvg` (0: the paper's eq. 16, no clipping).
+    memory : bool or str or MemoryParams, default False
+        As in :class:`HKFedAvg`; a form that needs the rule's own threshold (``MemoryParams(active=True,
+        formation="linkage")``: fixed-K has K, not tau) is an error naming ``memory``.
     """
 
     def __init__(self, fraction_train: float = _S.fraction_train, fraction_evaluate: float = _S.fraction_evaluate,
@@ -259,6 +282,7 @@ class FixedKFedAvg(BouquetStrategy):
                  coalition_models: str = ModelStoreParams.coalition_models,
                  min_coalition_fraction: float = CoalitionParams.min_coalition_fraction,
                  update_norm_bound: float = CoalitionParams.update_norm_bound,
+                 memory: bool | str | MemoryParams = False,
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
@@ -267,7 +291,8 @@ class FixedKFedAvg(BouquetStrategy):
         coalitions = CoalitionParams(barycenter_weighting=barycenter_weighting,
                                      min_coalition_fraction=min_coalition_fraction,
                                      update_norm_bound=update_norm_bound)
-        _compose(self, UniformSampler(sampling), Coalitions(FixedKRule(FixedKParams(k, geometry)), coalitions),
+        _compose(self, UniformSampler(sampling),
+                 _coalitions("FixedKFedAvg", FixedKRule(FixedKParams(k, geometry)), coalitions, memory),
                  RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
                  evaluate_metrics_aggr_fn, recorder, models=_store(coalition_models))
 

@@ -57,6 +57,7 @@ from bouquet.data.images import (
     VisionDataParams,
     client_test_rows,
     group_of,
+    validation_rows,
     grouped,
     load_images,
     partition,
@@ -301,7 +302,10 @@ def partitioned_images(data: VisionDataParams, num_partitions: int) -> tuple[Ima
 
 @dataclass(frozen=True)
 class NodeImages:
-    """What one image client holds: its training shard and test images, in its group's form."""
+    """What one image client holds: its training shard, validation and test images, in its group's form.
+
+    ``test_locked``: the test images are locked (``score-test = false``); ``x_test`` is then empty.
+    """
 
     x: np.ndarray
     y: np.ndarray
@@ -310,25 +314,41 @@ class NodeImages:
     shape: tuple[int, int, int]
     num_classes: int
     group: int | None
+    x_val: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0,), dtype=np.uint8))
+    y_val: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0,), dtype=np.int64))
+    test_locked: bool = False
 
 
 @functools.lru_cache(maxsize=8)
 def node_shard(data: VisionDataParams, partition_id: int, num_partitions: int) -> NodeImages:
-    """Client ``partition_id`` of ``num_partitions``: its shard, its test subset, its known group.
+    """Client ``partition_id`` of ``num_partitions``: its shard, its validation and test subsets, its known group.
 
     With ``data.groups`` set, the images (rotate) or labels (permute) are those of the client's group
-    (:func:`bouquet.data.images.grouped`), for training and test alike.
+    (:func:`bouquet.data.images.grouped`), for training, validation and test alike.  ``validation-fraction``
+    holds out part of the shard (:func:`bouquet.data.images.validation_rows`); ``score-test = false`` locks
+    the test images (none are read), and then the client needs validation images.
     """
     images, parts = partitioned_images(data, num_partitions)
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"partition-id {partition_id} is outside 0..{num_partitions - 1}")
+    if not data.score_test and data.validation_fraction <= 0:
+        raise ValueError("score-test = false locks the test images, and validation-fraction = 0 leaves nothing "
+                         "to score: set validation-fraction > 0")
     rows = parts[partition_id]
-    group = group_of(partition_id, data)
+    held = validation_rows(len(rows), partition_id, data)
+    group = group_of(partition_id, data, num_partitions)
     classes = len(images.classes)
     x, y = grouped(images.x_train[rows], images.y_train[rows], group, classes, data)
-    test = client_test_rows(len(images.y_test), partition_id, data)
+    keep = np.setdiff1d(np.arange(len(rows)), held)
+    x_val, y_val = x[held], y[held]
+    if held.size:
+        x, y = x[keep], y[keep]
+    if data.score_test:
+        test = client_test_rows(len(images.y_test), partition_id, data)
+    else:
+        test = np.zeros(0, dtype=int)
     x_test, y_test = grouped(images.x_test[test], images.y_test[test], group, classes, data)
-    return NodeImages(x, y, x_test, y_test, images.shape, classes, group)
+    return NodeImages(x, y, x_test, y_test, images.shape, classes, group, x_val, y_val, not data.score_test)
 
 
 @dataclass(frozen=True)
@@ -386,9 +406,19 @@ class VisionTask:
         return accuracy(model, self.x[pick], self.y[pick])[1], len(pick)
 
     def evaluate(self, model: nn.Module, rng: np.random.Generator, final: bool = False) -> dict[str, float]:
-        x, y = (self.images.x_test, self.images.y_test) if len(self.images.y_test) else (self.x, self.y)
+        """Accuracy and loss of ``model`` on the client's test images (else, without any, its training shard),
+        and on its validation images when it holds some (``val-*``).  With the test images locked only the
+        validation images are scored (``num-examples`` is then their number)."""
+        images = self.images
+        metrics: dict[str, float] = {}
+        if len(images.y_val):
+            acc, loss = accuracy(model, images.x_val, images.y_val)
+            metrics |= {"val-accuracy": acc, "val-loss": loss, "val-num-examples": len(images.y_val)}
+        if images.test_locked:
+            return metrics | {"num-examples": len(images.y_val)}
+        x, y = (images.x_test, images.y_test) if len(images.y_test) else (self.x, self.y)
         acc, loss = accuracy(model, x, y)
-        return {"accuracy": acc, "loss": loss, "num-examples": len(y)}
+        return metrics | {"accuracy": acc, "loss": loss, "num-examples": len(y)}
 
     def final_arrays(self, model: nn.Module) -> dict[str, dict[str, np.ndarray]]:
         """Nothing beside the metrics (no forecasts for images)."""

@@ -69,8 +69,12 @@ class VisionServer:
 
     def begin(self, recorder: RunRecorder, checkpoint: Checkpoint | None
               ) -> tuple[ArrayRecord, Callable[[int, ArrayRecord], MetricRecord] | None]:
+        central = self.config.central.mode in ("central", "both")
+        if central and not self.config.vision_data.score_test:
+            raise ValueError(f"score-test = false locks the test images, which vision-evaluation = "
+                             f"{self.config.central.mode!r} scores on the server: use vision-evaluation = 'clients'")
         initial, evaluate = central_evaluation(self.config)
-        return initial, evaluate if self.config.central.mode in ("central", "both") else None
+        return initial, evaluate if central else None
 
     def finish(self, grid: Grid, strategy: BouquetStrategy, result: Result, recorder: RunRecorder,
                checkpoint: Checkpoint | None, personal: PersonalRun | None, started: float) -> dict[str, Any]:
@@ -80,14 +84,17 @@ class VisionServer:
                                    "accuracy-per-round": [curve[r] for r in sorted(curve)],
                                    "final-accuracy": curve[max(curve)] if curve else None}
         if config.central.mode != "central":  # the clients score the models they are served
-            client_curve = {int(r): float(m["accuracy"]) for r, m in result.evaluate_metrics_clientapp.items()}
+            # with the test images locked, the clients' validation accuracy (``client-val-accuracy-*``)
+            metric = "accuracy" if config.vision_data.score_test else "val-accuracy"
+            client_curve = {int(r): float(m[metric]) for r, m in result.evaluate_metrics_clientapp.items()}
             rows = final_clients(grid, config, strategy, recorder, personal)
-            final = np.array([r["accuracy"] for r in rows])
-            summary |= {"client-accuracy-per-round": [client_curve[r] for r in sorted(client_curve)],
+            final = np.array([r[metric] for r in rows])
+            summary |= {f"client-{metric}-per-round": [client_curve[r] for r in sorted(client_curve)],
                         "clients-evaluated": len(rows),
-                        "client-accuracy-mean": float(final.mean()) if len(final) else None,
-                        "client-accuracy-std": sample_std(final) if len(final) > 1 else None,
-                        **attack_summary(config, rows, "accuracy")}
+                        f"client-{metric}-mean": float(final.mean()) if len(final) else None,
+                        f"client-{metric}-std": sample_std(final) if len(final) > 1 else None,
+                        "scored-on": "test" if config.vision_data.score_test else "validation",
+                        **attack_summary(config, rows, metric)}
         summary |= run_summary(config, strategy, checkpoint, started)
         recorder.write_json("summary.json", summary)
         if curve:
@@ -98,6 +105,10 @@ class VisionServer:
             accuracy_text = (f"clients' accuracy with the model each is served "
                              f"{100 * summary['client-accuracy-mean']:.2f} +- "
                              f"{100 * summary['client-accuracy-std']:.2f} % ({summary['clients-evaluated']} clients)")
+        elif summary.get("client-val-accuracy-mean") is not None:
+            accuracy_text = (f"clients' validation accuracy with the model each is served "
+                             f"{100 * summary['client-val-accuracy-mean']:.2f} % ({summary['clients-evaluated']} "
+                             f"clients; test images locked: score-test = false)")
         else:
             accuracy_text = "no test accuracy (no round evaluated)"
         log.info("bouquet summary: vision, %s + %s, %d rounds: %s; %s", summary["selection"], run.strategy,
