@@ -25,18 +25,20 @@ def test_bad_run_config_value_stops_with_a_clear_message(run_app):
 def test_hk_strategy_drops_into_a_foreign_flower_app_on_an_existing_ray_cluster(superlink, ray_head):
     """A numpy linear-regression app that is not ours swaps FedAvg for HKFedAvg in one line.
 
-    Run twice: the paper's one shared model, then each coalition its own (``coalition_models="personal"``).
+    Run three times: the paper's one shared model, each coalition its own (``coalition_models="personal"``),
+    and each its own with coalition memory (``memory=True``: the drop-in's keyword, nothing else changed).
 
     The simulation also joins the session's Ray head as a driver instead of starting a private Ray
     (scale-out, docs/DEPLOY.md): its driver log is in the head's session.
     """
     mse = {}
-    for models in ("shared", "personal"):
+    for models, memory in (("shared", "false"), ("personal", "false"), ("personal", "true")):
         done = superlink.flwr_run(ROOT / "tests" / "foreign_app", federation_config="num-supernodes=4",
-                                  run_config=f'coalition-models="{models}"')
+                                  run_config=f'coalition-models="{models}" memory={memory}')
         output = done.stdout + done.stderr
         assert done.returncode == 0, output[-4000:]
-        assert "Starting HKFedAvg strategy" in output and "HK cosine tau=0.5 -> K=2" in output
+        label = "HK cosine tau=0.5 with memory" if memory == "true" else "HK cosine tau=0.5"
+        assert "Starting HKFedAvg strategy" in output and f"{label} -> K=2" in output
         # the app registers no bouquet query handler: none is sent (no traceback on any node), one line says so
         assert "No query function registered" not in output and "query.identify" not in output.replace(
             "no query.identify is sent", "")
@@ -44,10 +46,12 @@ def test_hk_strategy_drops_into_a_foreign_flower_app_on_an_existing_ray_cluster(
         final = output.split("FOREIGN-APP-FINAL", 1)[1].split("]", 1)[0].strip(" [")
         weights = [float(v) for v in final.split(",")]
         assert len(weights) == 3 and all(np.isfinite(weights))
-        mse[models] = float(output.split("FOREIGN-APP-MSE", 1)[1].split()[0])
+        mse[models, memory] = float(output.split("FOREIGN-APP-MSE", 1)[1].split()[0])
     # Its two client groups want opposite weights: the shared model (their mean) fits neither, each
-    # coalition's own model fits its group (nothing changed on the clients).
-    assert mse["personal"] < 0.2 * mse["shared"], mse
+    # coalition's own model fits its group (nothing changed on the clients), with memory (the validated
+    # form, from memory=True in the app's own run config) as without.
+    assert mse["personal", "false"] < 0.2 * mse["shared", "false"], mse
+    assert mse["personal", "true"] < 0.2 * mse["shared", "false"], mse
     logs = [p.name for p in ray_head.temp_dir.glob("session_*/logs/*")]
     assert any(name.startswith("python-core-driver-") for name in logs), sorted(logs)[:20]
     assert ray_head.alive()  # the cluster outlives the run

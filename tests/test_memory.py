@@ -6,11 +6,15 @@ import numpy as np
 import pytest
 
 from bouquet.algorithms.memory import (
+    MEMORY_FORMS,
+    VALIDATED_FORM,
     MemoryParams,
     MemoryState,
     PairEvidence,
     carry_keys,
     evidence_opinions,
+    linkage_at_otsu,
+    memory_form,
     otsu_threshold,
     together_evidence,
 )
@@ -255,3 +259,48 @@ def test_a_memory_that_a_rule_cannot_run_is_named_once_for_config_and_aggregator
     assert MemoryParams(active=True, formation="linkage", tau="otsu").rule_conflict(
         "fixed-K", has_tau=False, sets_tau=False) is None
     assert MemoryParams(formation="linkage").rule_conflict("fixed-K", has_tau=False, sets_tau=False) is None
+
+
+def test_stacked_evidence_needs_linkage_and_the_majority():
+    MemoryParams(active=True, evidence="stacked", formation="linkage", tau="majority")
+    with pytest.raises(ValueError, match="coalition-memory-evidence 'stacked' needs coalition-memory-formation"):
+        MemoryParams(active=True, evidence="stacked", tau="majority")
+    with pytest.raises(ValueError, match="'stacked' joins its second level at the majority"):
+        MemoryParams(active=True, evidence="stacked", formation="linkage", tau="otsu")
+
+
+def test_linkage_at_otsu_splits_two_clear_pairs_and_falls_back_while_the_evidence_has_one_value():
+    # by hand: 1-2 and 3-4 at 0.9, across at 0.1; Otsu over the six pairs falls at 0.5
+    c = np.array([[1.0, 0.9, 0.1, 0.1], [0.9, 1.0, 0.1, 0.1], [0.1, 0.1, 1.0, 0.9], [0.1, 0.1, 0.9, 1.0]])
+    labels, tau = linkage_at_otsu(PairEvidence().update([1, 2, 3, 4], c, 1.0), fallback=0.99)
+    assert labels.tolist() == [0, 0, 1, 1] and tau == pytest.approx(0.5)
+    same = PairEvidence().update([1, 2], np.array([[1.0, 0.3], [0.3, 1.0]]), 1.0)  # one pair: one value
+    labels, tau = linkage_at_otsu(same, fallback=0.2)
+    assert tau == 0.2 and labels.tolist() == [0, 0]
+
+
+def test_memory_forms_by_name_true_is_the_validated_form_and_anything_else_is_named():
+    assert memory_form(False) == MemoryParams() and not memory_form(False).active
+    assert memory_form(True) == MEMORY_FORMS[VALIDATED_FORM] and memory_form(True).active
+    assert memory_form("together").evidence == "together" and memory_form("linkage-otsu").tau == "otsu"
+    custom = MemoryParams(active=True, decay=0.7)
+    assert memory_form(custom) is custom
+    for bad in ("stacked-features", 1, None):
+        with pytest.raises(ValueError, match=r"HKFedAvg\(memory=\.\.\.\) must be False, True"):
+            memory_form(bad, "HKFedAvg(memory=...)")
+
+
+def test_a_stacked_memory_state_survives_json_and_the_other_forms_states_are_as_before():
+    import json
+
+    rng = np.random.default_rng(3)
+    unit = rng.standard_normal((4, 3))
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    first = PairEvidence().update([5, 6, 7, 8], unit @ unit.T, 1.0)
+    second = PairEvidence().update([5, 6, 7, 8], np.eye(4), 1.0)
+    state = MemoryState(second, {5: "c0"}, 1, first)
+    back = MemoryState.from_json(json.loads(json.dumps(state.to_json())))
+    assert back.first.nodes == first.nodes and np.array_equal(back.first.total, first.total)
+    assert np.array_equal(back.evidence.weight, second.weight)
+    assert "first" not in MemoryState(second, {5: "c0"}, 1).to_json()  # other forms: the old layout
+    assert MemoryState.from_json(MemoryState(second, {}, 0).to_json()).first.nodes == ()

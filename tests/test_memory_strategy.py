@@ -199,3 +199,93 @@ def test_fixed_k_with_together_evidence_starts_from_its_own_coalitions_and_takes
     with pytest.raises(ConfigError, match="coalition-memory-evidence 'together' needs"):
         AppConfig.from_run_config({"strategy": "hk-cosine", "coalition-memory": True,
                                    "coalition-memory-evidence": "together"})
+
+
+def _stacked_reference(rounds):
+    """The stacked memory by its definition, from the pure functions, round by round: the cosine evidence's
+    coalitions at Otsu (HK tau 0.5 while it has one value), counted as together evidence, linkage at 0.5."""
+    from bouquet.algorithms.hk import gram_cosines, gram_matrix
+    from bouquet.algorithms.memory import PairEvidence, average_linkage, linkage_at_otsu, together_evidence
+
+    first, second, partitions = PairEvidence(), PairEvidence(), []
+    for moves in rounds:
+        nodes = sorted(moves)
+        cos = gram_cosines(gram_matrix(np.array([moves[n] for n in nodes], dtype=np.float64)))
+        first = first.update(nodes, cos, 1.0)
+        labels, _ = linkage_at_otsu(first, 0.5)
+        at = {node: i for i, node in enumerate(first.nodes)}
+        values, observed = together_evidence(labels[[at[n] for n in nodes]])
+        second = second.update(nodes, values, 1.0, observed)
+        everyone = average_linkage(second.mean(), 0.5)
+        partitions.append(dict(zip(second.nodes, everyone.tolist())))
+    return partitions
+
+
+def _same_partition(a, b):
+    keys = sorted(a)
+    return all((a[i] == a[j]) == (b[i] == b[j]) for i in keys for j in keys)
+
+
+def test_stacked_memory_finds_the_pairs_in_round_one_and_equals_its_definition_over_random_rounds():
+    stacked = memory_hk(evidence="stacked", formation="linkage", tau="majority")
+    first = stacked.aggregate(updates(1, DIRECTIONS))
+    assert first.assignment[1] == first.assignment[2] != first.assignment[3] == first.assignment[4]
+    assert first.report["round-coalitions"] == 2 and 0.1 < first.report["first-tau"] < 0.99
+    assert first.report["memory-tau"] == 0.5
+    rng = np.random.default_rng(11)
+    centres = rng.standard_normal((3, 6))
+    rounds = []
+    for _ in range(8):
+        nodes = sorted(rng.choice(9, size=5, replace=False).tolist())
+        rounds.append({n + 1: (centres[n % 3] + rng.normal(scale=0.9, size=6)).tolist() for n in nodes})
+    fast = memory_hk(evidence="stacked", formation="linkage", tau="majority")
+    splits = []
+    for server_round, (moves, expected) in enumerate(zip(rounds, _stacked_reference(rounds)), start=1):
+        result = fast.aggregate(updates(server_round, moves, reference=[0.0] * 6))
+        # every client served this round (the sampled and their coalitions' members), grouped as defined
+        assert set(moves) <= set(result.assignment), server_round
+        assert _same_partition(result.assignment, {n: expected[n] for n in result.assignment}), server_round
+        splits.append(len(set(expected.values())))
+    assert max(splits) > 1 and min(splits) < len(expected)  # neither all together nor all alone throughout
+
+
+def test_stacked_memory_goes_through_a_checkpoint_to_the_bit():
+    from bouquet.algorithms.memory import MemoryState
+
+    whole = memory_hk(evidence="stacked", formation="linkage", tau="majority")
+    split = memory_hk(evidence="stacked", formation="linkage", tau="majority")
+    rounds = [DIRECTIONS, {1: [1.0, 0.0, 0.3], 3: [0.2, 1.0, 0.0], 4: [0.0, 1.0, 0.2]},
+              {2: [1.0, 0.2, 0.0], 4: [0.1, 1.0, 0.0], 1: [0.9, 0.0, 0.1]}]
+    for server_round, moves in enumerate(rounds[:2], start=1):
+        whole.aggregate(updates(server_round, moves))
+        split.aggregate(updates(server_round, moves))
+    resumed = memory_hk(evidence="stacked", formation="linkage", tau="majority")
+    resumed.load_state_dict(split.state_dict())
+    assert "first" in split.state_dict()["memory"]
+    a, b = whole.aggregate(updates(3, rounds[2])), resumed.aggregate(updates(3, rounds[2]))
+    assert a.assignment == b.assignment and a.report == b.report
+    assert np.array_equal(whole._state.first.total, resumed._state.first.total)
+    assert isinstance(resumed._state, MemoryState)
+
+
+def test_the_drop_ins_take_memory_keyword_only_and_name_a_bad_or_unusable_one():
+    import inspect
+
+    from bouquet.algorithms.memory import MEMORY_FORMS, VALIDATED_FORM
+    from bouquet.strategies import FixedKFedAvg, HKFedAvg
+
+    for drop_in in (HKFedAvg, FixedKFedAvg):
+        parameter = inspect.signature(drop_in).parameters["memory"]
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is False
+        assert not drop_in().aggregator.memory.active  # the paper by default
+        assert drop_in(memory=True).aggregator.memory == MEMORY_FORMS[VALIDATED_FORM]
+        assert drop_in(memory="together").aggregator.label.endswith("with memory")
+    hk = HKFedAvg(0.5, memory="stacked", coalition_models="personal", opinion_space="updates")
+    assert hk.aggregator.memory.evidence == "stacked" and isinstance(hk.models, AssignedModels)
+    with pytest.raises(ValueError, match=r"FixedKFedAvg\(memory=\.\.\.\): coalition-memory-tau 'given' takes the "
+                                         r"rule's tau"):
+        FixedKFedAvg(memory=MemoryParams(active=True, formation="linkage"))
+    with pytest.raises(ValueError, match=r"HKFedAvg\(memory=\.\.\.\) must be False, True"):
+        HKFedAvg(memory="features")
+    with pytest.raises(TypeError):
+        HKFedAvg(0.5, 0.5, 2, 2, 2, "num-examples", "arrays", "config", None, None, True)  # not positional
