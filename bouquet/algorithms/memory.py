@@ -46,7 +46,7 @@ import numpy as np
 from bouquet.algorithms.hk import gram_embedding
 from bouquet.params import require
 
-__all__ = ["MAJORITY", "MEMORY_FORMS", "MemoryParams", "MemoryState", "PairEvidence", "VALIDATED_FORM",
+__all__ = ["MAJORITY", "MEMORY_FORMS", "VALIDATED_FORM", "MemoryParams", "MemoryState", "PairEvidence",
            "average_linkage", "carry_keys", "evidence_opinions", "linkage_at_otsu", "memory_form", "otsu_threshold",
            "together_evidence"]
 

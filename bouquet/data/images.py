@@ -372,7 +372,7 @@ def validation_rows(num_rows: int, partition_id: int, config: VisionDataParams) 
     """
     if config.validation_fraction <= 0:
         return np.zeros(0, dtype=int)
-    size = max(1, int(round(config.validation_fraction * num_rows)))
+    size = max(1, round(config.validation_fraction * num_rows))
     if size >= num_rows:
         raise ValueError(f"validation-fraction = {config.validation_fraction} leaves client {partition_id} no "
                          f"training image (it holds {num_rows}): lower it, or use fewer clients")

@@ -57,10 +57,10 @@ from bouquet.data.images import (
     VisionDataParams,
     client_test_rows,
     group_of,
-    validation_rows,
     grouped,
     load_images,
     partition,
+    validation_rows,
 )
 from bouquet.tasks.base import batch_indices, proximal_penalty
 from bouquet.tasks.params import MODELS, VisionModelParams, VisionTrainParams
