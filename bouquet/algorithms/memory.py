@@ -401,9 +401,9 @@ MEMORY_FORMS: dict[str, MemoryParams] = {
     "together": MemoryParams(active=True, tau="majority", formation="linkage", evidence="together"),
     "stacked": MemoryParams(active=True, tau="majority", formation="linkage", evidence="stacked"),
 }
-#: The form ``memory=True`` gives: the one the groups study chose on validation error
-#: (docs/results/groups.md, "Confirmed").
-VALIDATED_FORM = "stacked"
+#: The form ``memory=True`` gives: the one the confirmatory groups study chose among four candidates on the
+#: clients' validation error (with ``hk-opinion-arrays = "features."``; docs/results/groups.md, "Confirmed").
+VALIDATED_FORM = "linkage-otsu"
 
 
 def memory_form(memory: bool | str | MemoryParams, argument: str = "memory") -> MemoryParams:
