@@ -16,8 +16,9 @@ half of the clients, and, in tuning, ``score-test = false`` (no client reads a t
    one form (``choices.csv``; :func:`bouquet.tuning.choose_on_validation`).
 2. *Confirmatory* (``--final``; ``final/<benchmark>/<arm>/seed-<s>``): the chosen form and the references on
    every confirmatory seed, scored on the test images each round; each pass appends its commit and time to
-   ``test-log.jsonl``.  ``table.md`` / ``table.csv``, ``comparisons.md`` / ``.csv`` and ``runs.csv`` (per
-   benchmark, arm and seed) are written to ``<out>/<name>`` and, with ``--docs``, copied there.
+   ``test-log.jsonl``.  ``table.md`` / ``table.csv``, ``comparisons.md`` / ``.csv``, ``runs.csv`` (per
+   benchmark, arm, seed and round: error, ARI, K) and ``curves.png`` are written to ``<out>/<name>`` and,
+   with ``--docs``, copied there.
 
 Every run is a real ``flwr run`` against one private SuperLink on 127.0.0.1, resumable (a run whose folder
 holds ``summary.json`` is skipped).
@@ -70,6 +71,36 @@ def commit() -> dict[str, Any]:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
 
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def plot_curves(runs: pd.DataFrame, chosen: str, path: Path) -> None:
+    """Mean test error and ARI per round (over the data seeds), one column per benchmark."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    benchmarks = list(dict.fromkeys(runs["benchmark"]))
+    fig, axes = plt.subplots(2, len(benchmarks), figsize=(4.2 * len(benchmarks), 6.5), sharex=True, squeeze=False)
+    for column, benchmark in enumerate(benchmarks):
+        here = runs[runs["benchmark"] == benchmark]
+        for arm, group in here.groupby("arm", sort=False):
+            label = f"{arm} (chosen)" if arm == chosen else arm
+            mean = group.groupby("round")[["error", "ari"]].mean()
+            axes[0, column].plot(mean.index, mean["error"], label=label)
+            if mean["ari"].notna().any():
+                low = group.groupby("round")["ari"].min()
+                axes[1, column].plot(mean.index, mean["ari"], label=label)
+                axes[1, column].fill_between(low.index, low, mean["ari"], alpha=0.2)
+        axes[0, column].set_title(benchmark)
+        axes[0, column].set_ylabel("test error (%), mean of seeds")
+        axes[1, column].set_ylabel("ARI (line: mean; band: lowest seed)")
+        axes[1, column].axhline(0.9, color="grey", lw=0.8, ls=":")
+        axes[1, column].set_xlabel("round")
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,12 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     comparisons.to_csv(out / "comparisons.csv", index=False)
     (out / "table.md").write_text(markdown_table(table) + "\n")
     (out / "comparisons.md").write_text(markdown_table(comparisons) + "\n")
+    plot_curves(runs, chosen, out / "curves.png")
     print(markdown_table(table), markdown_table(comparisons), sep="\n\n", flush=True)
     if args.docs:
         docs = Path(args.docs)
         docs.mkdir(parents=True, exist_ok=True)
         for name in ("design.toml", "choices.csv", "runs.csv", "table.csv", "table.md", "comparisons.csv",
-                     "comparisons.md", "test-log.jsonl"):
+                     "comparisons.md", "test-log.jsonl", "curves.png"):
             shutil.copyfile(out / name, docs / name)
     return 0
 
