@@ -13,7 +13,7 @@ half of the clients, and, in tuning, ``score-test = false`` (no client reads a t
 
 1. *Tuning* (``<out>/<name>/tuning/<benchmark>/<candidate>/seed-<s>``): every candidate on every benchmark and
    tuning seed; the clients' mean validation error over the rounds, averaged over benchmarks and seeds, chooses
-   one form (``choices.csv``; :func:`bouquet.tuning.choose_on_validation`).
+   one form (``choices.csv``, per benchmark ``validation.md``; :func:`bouquet.tuning.choose_on_validation`).
 2. *Confirmatory* (``--final``; ``final/<benchmark>/<arm>/seed-<s>``): the chosen form and the references on
    every confirmatory seed, scored on the test images each round; each pass appends its commit and time to
    ``test-log.jsonl``.  ``table.md`` / ``table.csv``, ``comparisons.md`` / ``.csv``, ``runs.csv`` (per
@@ -139,8 +139,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{missing[:3]} ...", flush=True)
         return 0
     curves = {key: run_curve(RunFolder(folder), "val-accuracy") for key, folder in tuning.items()}
-    choices = choose_on_validation(validation_frame(curves), "val-error")
+    frame = validation_frame(curves)
+    choices = choose_on_validation(frame, "val-error")
     choices.to_csv(out / "choices.csv", index=False)
+    per_benchmark = frame.assign(benchmark=frame["seed"].str.split(":").str[0]).pivot_table(
+        index="candidate", columns="benchmark", values="val-error", sort=False)[list(design.benchmarks)]
+    (out / "validation.md").write_text(markdown_table(per_benchmark.round(2).reset_index()) + "\n")
     chosen = str(choices.loc[choices["chosen"], "candidate"].iloc[0])
     print(markdown_table(choices), f"\nchosen on validation: {chosen}", sep="\n", flush=True)
     if not args.final:
@@ -167,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.docs:
         docs = Path(args.docs)
         docs.mkdir(parents=True, exist_ok=True)
-        for name in ("design.toml", "choices.csv", "runs.csv", "table.csv", "table.md", "comparisons.csv",
+        for name in ("design.toml", "choices.csv", "validation.md", "runs.csv", "table.csv", "table.md", "comparisons.csv",
                      "comparisons.md", "test-log.jsonl", "curves.png"):
             shutil.copyfile(out / name, docs / name)
     return 0
