@@ -9,8 +9,10 @@ images rotated by 0/90/180/270 degrees or labels permuted), ``cifar10-rotate``, 
 synthetic households of three known types) and ``daiad`` (the real file; no ground truth).  Arms
 (``experiments/groups/arms``): FedAvg, HK shared (the paper's eq. 16), HK personal on the weights and on the
 updates over a tau grid, fixed-K personal and IFCA told the true K, CFL with its paper's thresholds, and
-local training.  Layers merge data < profile < arm < seed; a data layer's ``num-supernodes`` is the number of
-simulated clients (water: the households of the pool).  Every run is a real ``flwr run`` of this app against
+local training.  Layers merge data < profile < arm < seed; the seed is both ``seed`` and ``data-seed`` (another
+seed draws other data: the image split and partition, which clients share a group, the label permutations, the
+synthetic household pool); a data layer's ``num-supernodes`` is the number of simulated clients (water: the
+households of the pool).  Every run is a real ``flwr run`` of this app against
 one private SuperLink on 127.0.0.1; a run whose folder holds ``summary.json`` is skipped.  Figures and the
 table: ``scripts/groups_figures.py``.
 """
@@ -39,7 +41,8 @@ def job(data: str, profile: str, arm: str, seed: int, base: Path) -> Job:
     """One (arm, seed) run of the benchmark ``data`` under ``profile``."""
     layers = layered_run_config(EXPERIMENTS, [("data", data), ("profiles", profile), ("arms", arm)], ROOT)
     supernodes = pop_supernodes(layers, ROOT)
-    return Job(f"{arm} seed {seed}", {**layers, "seed": seed}, base / arm / f"seed-{seed}", supernodes)
+    return Job(f"{arm} seed {seed}", {**layers, "seed": seed, "data-seed": seed}, base / arm / f"seed-{seed}",
+               supernodes)
 
 
 def describe(summary: dict) -> str:

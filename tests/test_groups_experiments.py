@@ -60,7 +60,13 @@ def test_every_arm_and_benchmark_resolves_to_a_valid_app_config():
                 continue
             config = AppConfig.from_run_config({**defaults, **job.run_config})
             assert config.sampling.seed == 1 and job.folder.parts[-2:] == (arm, "seed-1")
+            assert config.vision_data.seed == 1 and config.water_data.synthetic.seed == 1  # fresh data per seed
             assert job.supernodes == (60 if data == "water-types" else 20), (data, arm)
+    for data in ("digits-rotate-8", "digits-permute-8"):  # the confirmatory study's eight-group benchmarks
+        job = runner.job(data, "confirm", "hk-memory-features", 2, ROOT / "unused")
+        config = AppConfig.from_run_config({**defaults, **job.run_config, "clients-per-round": 20})
+        assert job.supernodes == 40 and config.vision_data.num_groups == 8 == config.ifca.k
+        assert config.vision_data.validation_fraction == 0.2 and config.run.num_server_rounds == 50
     rotate = runner.job("digits-rotate", "quick", "ifca", 0, ROOT).run_config
     assert rotate["ifca-k"] == 4 and rotate["vision-groups"] == "rotate" and rotate["strategy"] == "ifca"
     paper_cfl = runner.job("digits-rotate", "quick", "cfl", 0, ROOT).run_config
