@@ -81,17 +81,18 @@ def plot_curves(runs: pd.DataFrame, chosen: str, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     benchmarks = list(dict.fromkeys(runs["benchmark"]))
+    colours = {arm: f"C{i}" for i, arm in enumerate(dict.fromkeys(runs["arm"]))}  # one colour an arm, both rows
     fig, axes = plt.subplots(2, len(benchmarks), figsize=(4.2 * len(benchmarks), 6.5), sharex=True, squeeze=False)
     for column, benchmark in enumerate(benchmarks):
         here = runs[runs["benchmark"] == benchmark]
         for arm, group in here.groupby("arm", sort=False):
             label = f"{arm} (chosen)" if arm == chosen else arm
             mean = group.groupby("round")[["error", "ari"]].mean()
-            axes[0, column].plot(mean.index, mean["error"], label=label)
+            axes[0, column].plot(mean.index, mean["error"], label=label, color=colours[arm])
             if mean["ari"].notna().any():
                 low = group.groupby("round")["ari"].min()
-                axes[1, column].plot(mean.index, mean["ari"], label=label)
-                axes[1, column].fill_between(low.index, low, mean["ari"], alpha=0.2)
+                axes[1, column].plot(mean.index, mean["ari"], label=label, color=colours[arm])
+                axes[1, column].fill_between(low.index, low, mean["ari"], alpha=0.2, color=colours[arm])
         axes[0, column].set_title(benchmark)
         axes[0, column].set_ylabel("test error (%), mean of seeds")
         axes[1, column].set_ylabel("ARI (line: mean; band: lowest seed)")
