@@ -361,6 +361,7 @@ class Coalitions:
         opinions = self._opinions(matrix, layout, kept)
         state = self._state
         facts: dict[str, Any] = {}
+        rule_tau = getattr(getattr(self.rule, "params", None), "tau", None)  # fixed-K has none
         if memory.evidence == "together":  # the rule's own coalitions this round, counted per pair
             direction = _has_direction(opinions)
             round_labels, this_round = self._rule_on(opinions, direction, kept)
@@ -375,7 +376,6 @@ class Coalitions:
             ids = [kept.node_ids[i] for i in moved]
             if memory.evidence == "stacked":  # the cosine evidence's coalitions, counted per pair
                 first = state.first.update(ids, cosines, memory.decay)
-                rule_tau = getattr(getattr(self.rule, "params", None), "tau", None)
                 first_labels, first_tau = linkage_at_otsu(first, MAJORITY if rule_tau is None else rule_tau)
                 at = {node: i for i, node in enumerate(first.nodes)}
                 round_labels = first_labels[[at[node] for node in ids]]
@@ -387,7 +387,7 @@ class Coalitions:
                 evidence = state.evidence.update(ids, cosines, memory.decay)
         mean = evidence.mean()
         nodes = evidence.nodes
-        tau = MAJORITY if memory.tau == "majority" else getattr(getattr(self.rule, "params", None), "tau", None)
+        tau = MAJORITY if memory.tau == "majority" else rule_tau
         if memory.tau == "otsu":  # over the pairs seen together
             values = mean[np.triu(evidence.weight > 0, 1)]
             tau = otsu_threshold(values) if np.unique(values).size > 1 else tau
