@@ -33,6 +33,7 @@ import numpy as np
 
 from bouquet.launch import staged_app
 from bouquet.processes import descendants, flower_bin, flwr, free_port, offline_env, start, stop, wait_until
+from bouquet.superlink import DEFAULT_BUSY_TIMEOUT_S, superlink_command
 
 __all__ = ["Deployment", "deployment", "make_certificates", "make_node_key", "split_households", "start_supernode",
            "wait_for_nodes"]
@@ -113,8 +114,19 @@ class Deployment:
 
     def unfinished_runs(self) -> list[int]:
         """Ids of the runs the SuperLink lists as not finished (pending, starting or running)."""
-        runs = json.loads(self._flwr_checked("ls", self.connection, "--format", "json").stdout).get("runs", [])
-        return [int(r["run-id"]) for r in runs if not str(r.get("status", "")).lower().startswith("finished")]
+        return [int(r["run-id"]) for r in self.runs() if not str(r.get("status", "")).lower().startswith("finished")]
+
+    def runs(self) -> list[dict]:
+        """Flower's listing of the SuperLink's runs (``flwr ls --format json``): id, status, details, ..."""
+        return json.loads(self._flwr_checked("ls", self.connection, "--format", "json").stdout).get("runs", [])
+
+    def wait_for_runs(self, timeout: float = 900, interval: float = 3) -> list[dict]:
+        """Wait until no run is unfinished (``flwr run --stream`` may return while its run goes on, when its log
+        stream is cut); Flower's listing of the runs."""
+        deadline = time.monotonic() + timeout
+        while self.unfinished_runs() and time.monotonic() < deadline:
+            time.sleep(interval)
+        return self.runs()
 
     def stop_run(self, run_id: int) -> None:
         """``flwr stop``: end a run, e.g. one whose ServerApp died with the SuperLink."""
@@ -209,14 +221,22 @@ def wait_for_nodes(deploy: Deployment, count: int, timeout: float = 60) -> int:
 
 
 @contextmanager
-def deployment(workdir: Path, secure: bool = True, startup_seconds: float = 60) -> Iterator[Deployment]:
-    """Start a SuperLink on 127.0.0.1 (TLS + SuperNode auth unless ``secure=False``); stop everything on exit."""
+def deployment(workdir: Path, secure: bool = True, startup_seconds: float = 60,
+               state_busy_timeout: float | None = DEFAULT_BUSY_TIMEOUT_S) -> Iterator[Deployment]:
+    """Start a SuperLink on 127.0.0.1 (TLS + SuperNode auth unless ``secure=False``); stop everything on exit.
+
+    The SuperLink keeps its state in ``workdir/state.db`` (a restarted one finds its runs there) and is
+    :mod:`bouquet.superlink`, whose writes wait ``state_busy_timeout`` s for a locked database; ``None``
+    starts Flower's ``flower-superlink`` as it is (5 s, then HTTP 500: docs/RELIABILITY.md).
+    """
     workdir = Path(workdir)
     flwr_home = workdir / "flwr-home"
     flwr_home.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    command = [flower_bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(port),
-               "--database", str(workdir / "state.db"), "--disable-runtime-dependency-installation"]
+    flower_args = ["--host", "127.0.0.1", "--port", str(port), "--database", str(workdir / "state.db"),
+                   "--disable-runtime-dependency-installation"]
+    command = ([flower_bin("flower-superlink"), *flower_args] if state_busy_timeout is None
+               else superlink_command(flower_args, state_busy_timeout))
     certificates: dict[str, Path] = {}
     if secure:
         certificates = make_certificates(workdir / "certificates")

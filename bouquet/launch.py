@@ -34,6 +34,7 @@ from bouquet.processes import (
     terminate_as_exit,
     wait_until,
 )
+from bouquet.superlink import superlink_command
 
 if TYPE_CHECKING:
     import argparse
@@ -181,9 +182,11 @@ def start_superlink(workdir: Path, simulation: bool = True, extra_args: list[str
     flwr_home = workdir / "flwr-home"
     port = free_port()
     write_connection(flwr_home, port)
-    command = [flower_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(port),
-               *(["--database", str(workdir / "state.db")] if state_database else []),
-               "--disable-runtime-dependency-installation"]
+    flower_args = ["--insecure", "--host", "127.0.0.1", "--port", str(port),
+                   *(["--database", str(workdir / "state.db")] if state_database else []),
+                   "--disable-runtime-dependency-installation"]
+    # a state database: bouquet's SuperLink entry, whose writes wait out a locked database (bouquet.superlink)
+    command = superlink_command(flower_args) if state_database else [flower_bin("flower-superlink"), *flower_args]
     if simulation:
         command.append("--simulation")
     command += extra_args or []

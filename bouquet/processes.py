@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LOOPBACK_RAY", "Listener", "check_ray_address", "flower_bin", "flwr", "free_port", "listening_sockets",
-           "loopback_ray_head", "offline_env", "port_open", "start", "stop", "terminate_as_exit", "wait_until"]
+__all__ = ["LOOPBACK_RAY", "Listener", "check_ray_address", "flower_bin", "flwr", "free_port", "hold_write_lock",
+           "listening_sockets", "loopback_ray_head", "offline_env", "port_open", "start", "stop", "terminate_as_exit", "wait_until"]
 
 #: Environment that keeps a Ray started on (or joining) this machine on 127.0.0.1.  Ray 2.55 turns
 #: ``--node-ip-address 127.0.0.1`` into the machine's own address, and its gRPC servers (GCS, raylet, every
@@ -85,6 +85,22 @@ def flower_bin(name: str) -> str:
     if found is None:
         raise FileNotFoundError(f"{name} not found next to {sys.executable} or on PATH; pip install 'flwr[simulation]'")
     return found
+
+
+def hold_write_lock(database: Path, seconds: float, started: threading.Event | None = None) -> None:
+    """Hold the write lock of the SQLite ``database`` for ``seconds`` (as a long write, a backup or a slow disk
+    does): every other writer waits for it, up to its own busy timeout.  ``started`` is set once it is held."""
+    import sqlite3
+
+    connection = sqlite3.connect(database, isolation_level=None, timeout=60)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        if started is not None:
+            started.set()
+        time.sleep(seconds)
+        connection.execute("ROLLBACK")
+    finally:
+        connection.close()
 
 
 def start(command: list[str], log: Path, env: dict[str, str], append: bool = False) -> subprocess.Popen:

@@ -47,10 +47,10 @@ def arrays(value, shape=(2, 3)):
                         "b": Array(np.full(3, value, dtype=np.float32))})
 
 
-def reply(node_id, record=None, examples=10, error=None, info=None):
-    """A training reply from ``node_id`` as the Grid hands it to the strategy."""
+def reply(node_id, record=None, examples=10, error=None, info=None, server_round=1):
+    """A training reply from ``node_id`` to round ``server_round`` as the Grid hands it to the strategy."""
     metadata = Metadata(run_id=1, message_id=f"m{node_id}", src_node_id=node_id, dst_node_id=0,
-                        reply_to_message_id=f"i{node_id}", group_id="1", created_at=0.0, ttl=60.0,
+                        reply_to_message_id=f"i{node_id}", group_id=str(server_round), created_at=0.0, ttl=60.0,
                         message_type="train")
     if error is not None:
         return Message(error=error, metadata=metadata)

@@ -27,8 +27,8 @@ def model(w, b, counter=None):
 def test_hand_case_through_messages():
     # flattened models are the rows of test_hk_algorithm's cosine hand case: w (1 value) + b (1 value)
     rows = [[1, 0], [1, 0.1], [0, 1], [0.1, 1], [1, -0.1]]
-    replies = [reply(10 + i, model([r[0]], [r[1]]), info={"partition-id": i, "household": f"h{i}"})
-               for i, r in enumerate(rows)]
+    replies = [reply(10 + i, model([r[0]], [r[1]]), info={"partition-id": i, "household": f"h{i}"},
+                     server_round=3) for i, r in enumerate(rows)]
     recorder = ListRecorder()
     strategy = HKFedAvg(geometry="cosine", tau=0.5, recorder=recorder)
     result, _ = aggregate(strategy, replies, model([0.0], [0.0]), server_round=3)
@@ -78,7 +78,7 @@ def test_sample_weighted_barycenters():
 
 
 def test_trajectories_reach_the_hooks_and_the_writer_on_request(tmp_path):
-    replies = [reply(i, arrays(float(i))) for i in (1, 2, 3)]
+    replies = [reply(i, arrays(float(i)), server_round=5) for i in (1, 2, 3)]
     observer = ListHook()
     strategy = HKFedAvg(record_trajectories=True)
     strategy.hooks = (observer, TrajectoryWriter(tmp_path / "trajectories"))

@@ -159,11 +159,12 @@ def test_two_sign_flippers_of_twelve_hijack_the_paper_rule_not_the_min_fraction(
 
 
 def test_a_scaled_client_is_clipped_to_the_bound():
-    replies, truth = honest_and_attackers(19, 1, lambda t: 50 * t)
+    # 30x: within the screen's limit (50x the round's lower median update norm), so it reaches the rule
+    replies, truth = honest_and_attackers(19, 1, lambda t: 30 * t)
     sent = vector([0.5, 0.5, 0.5])  # updates are w - sent
     replies = [reply(r.metadata.src_node_id, vector(r.content["arrays"]["w"].numpy() + 0.5)) for r in replies]
     paper = aggregate(HKFedAvg(geometry="cosine", tau=0.5, opinion_space="updates"), replies, sent) - 0.5
-    assert np.linalg.norm(paper) > 3 * np.linalg.norm(truth)  # joins the main coalition, inflates its barycenter
+    assert np.linalg.norm(paper) > 2 * np.linalg.norm(truth)  # joins the main coalition, inflates its barycenter
     recorder = ListRecorder()
     robust = aggregate(HKFedAvg(geometry="cosine", tau=0.5, opinion_space="updates", update_norm_bound=2.0,
                                 recorder=recorder), replies, sent) - 0.5

@@ -63,6 +63,39 @@ def test_screening_rejects_nan_shape_and_error_replies():
     assert "non-finite" in reasons[2] and "shapes" in reasons[3] and "boom" in reasons[4]
 
 
+def test_replies_of_another_round_unasked_twice_or_oversized_are_counted_named_and_never_aggregated(caplog):
+    """A reply to round 2 in round 1, a node that answers twice, a node that was sent nothing and a reply
+    100x the others' update norm: each is excluded with its reason, and the round goes on with the rest."""
+    recorder = ListRecorder()
+    s = strategy(recorder, clients_per_round=5)
+    replies = [reply(1, arrays(1.0), examples=10), reply(2, arrays(3.0), examples=30),
+               reply(3, arrays(1.0), server_round=2), reply(4, arrays(1.0)), reply(4, arrays(5.0)),
+               reply(5, arrays(1.0)), reply(6, arrays(300.0))]
+    with caplog.at_level("WARNING"):
+        result, _metrics = s.aggregate_train_round(configured([1, 2, 3, 4, 6]), replies)  # node 5 not sent
+    np.testing.assert_allclose(result["w"].numpy(), 2.5)  # (1*10 + 3*30) / 40: nodes 1 and 2 only
+    (_, _phase, logged), = recorder.rounds
+    assert logged["replies"] == 2 and logged["rejected"] == 5 and logged["lost-nodes"] == []
+    assert sorted(logged["rejected-nodes"]) == [3, 4, 4, 5, 6]
+    for node, reason in [(3, "reply for round '2', this is round 1"), (4, "answered 2 times this round"),
+                         (5, "was sent no training message this round"), (6, "update norm 100.0 times")]:
+        assert f"node {node} excluded" in caplog.text and reason in caplog.text
+
+
+def test_the_size_screen_compares_with_the_lower_median_and_leaves_honest_spread_alone():
+    from bouquet.strategies.replies import OVERSIZED_NORM_RATIO, oversized
+
+    zero = {"w": np.zeros(4, dtype=np.float32), "n": np.zeros(1, dtype=np.int64)}
+    models = [{"w": np.full(4, v, dtype=np.float32), "n": np.array([10**9])} for v in (1.0, 40.0, 0.5)]
+    assert oversized(models, [zero] * 3) == [None, None, None]  # 80x the smallest, 40x the lower median (1.0)
+    assert oversized(models[:2], [zero] * 2) == [None, None]   # two: the lower median is the smaller, 40x < 50x
+    two = [models[0], {"w": np.full(4, 100.0, dtype=np.float32), "n": np.array([0])}]
+    assert oversized(two, [zero] * 2) == [None, 100.0]           # integer arrays are not part of the update
+    assert oversized([models[1]], [zero]) == [None]              # one update: nothing to compare with
+    assert oversized(models, [zero] * 3, ratio=30.0) == [None, 40.0, None]
+    assert OVERSIZED_NORM_RATIO == 50.0
+
+
 def test_screening_rejects_other_dtypes_and_replies_without_a_model():
     as_ints = ArrayRecord({"w": Array(np.ones((2, 3), dtype=np.int64)), "b": Array(np.ones(3, dtype=np.float32))})
     metrics_only = reply(3, arrays(1.0))

@@ -1,4 +1,5 @@
-"""Training replies: screened per client (error, missing record, shape, non-finite, weight), decoded once.
+"""Training replies: screened per client (error, missing record, shape, non-finite, weight, round, duplicate,
+size), decoded once.
 
 :func:`screen_replies` is the public check; :func:`usable_updates` is what the strategy runs each round:
 it screens the replies against the model each node was sent and returns the usable ones as
@@ -8,6 +9,7 @@ it screens the replies against the model each node was sent and returns the usab
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -17,7 +19,8 @@ from flwr.app import ArrayRecord, Message
 from bouquet.strategies.arrays import Model, all_finite, to_numpy
 from bouquet.strategies.rounds import ClientUpdates
 
-__all__ = ["client_rows", "identity_of", "model_record", "screen_replies", "usable_updates"]
+__all__ = ["OVERSIZED_NORM_RATIO", "client_rows", "identity_of", "model_record", "oversized", "screen_replies",
+           "usable_updates"]
 
 Rejected = list[tuple[int, str]]
 
@@ -104,16 +107,63 @@ def identity_of(msg: Message) -> dict[str, Any]:
     return identity
 
 
+#: An update (reply minus the model sent) whose norm exceeds this many times the round's lower median update
+#: norm is not aggregated (a 100x boosted or corrupted reply); honest clients' norms differ by far less.
+OVERSIZED_NORM_RATIO = 50.0
+
+
+def _misaddressed(msg: Message, server_round: int, sent: Mapping[int, ArrayRecord], answers: int) -> str | None:
+    """Why a reply does not belong to this configured round (another round, unasked, or twice), or None."""
+    if not sent:  # nothing configured (Flower's own tests): nothing to hold the reply to
+        return None
+    if answers > 1:
+        return f"the node answered {answers} times this round; none of its replies is used"
+    if msg.metadata.src_node_id not in sent:
+        return "the node was sent no training message this round"
+    if msg.metadata.group_id != str(server_round):
+        return f"reply for round {msg.metadata.group_id!r}, this is round {server_round}"
+    return None
+
+
+def oversized(models: list[Model], references: list[Model],
+              ratio: float = OVERSIZED_NORM_RATIO) -> list[float | None]:
+    """For each model, its update norm over the round's lower median update norm where that exceeds ``ratio``.
+
+    The update is ``model - reference`` over the floating arrays; the lower median (the
+    ``(n - 1) // 2``-th smallest norm) is what a majority of the round's updates reach, so one boosted
+    reply among two is still caught.  None where the update is within ``ratio`` (or fewer than two
+    updates, or a lower median of 0, leave nothing to compare with).
+    """
+    norms = []
+    for model, reference in zip(models, references, strict=True):
+        total = 0.0
+        for name, value in model.items():
+            if np.issubdtype(value.dtype, np.floating):
+                delta = (value - reference[name]).ravel()
+                total += float(np.dot(delta, delta))
+        norms.append(np.sqrt(total))
+    if len(norms) < 2:
+        return [None] * len(norms)
+    median = float(np.sort(norms)[(len(norms) - 1) // 2])
+    if median <= 0:
+        return [None] * len(norms)
+    return [norm / median if norm > ratio * median else None for norm in norms]
+
+
 def usable_updates(server_round: int, seed: int, replies: list[Message], sent: Mapping[int, ArrayRecord],
                    arrayrecord_key: str, weighted_by_key: str, keys: Mapping[int, str] | None = None,
                    ) -> tuple[list[Message], ClientUpdates, Rejected]:
     """Screen ``replies`` (already in stable order) against what each node was ``sent``.
 
     Returns the usable messages, their :class:`ClientUpdates` and the rejected ``(node id, reason)``.
-    A reply from a node that was sent nothing is screened against the first model sent.  With nothing
-    sent at all (replies aggregated without a configured round, as Flower's own tests do), the replies
-    are screened against the first well-formed one and the updates carry no references.  ``keys`` names
-    the model store's key of what each node was sent.
+    Beyond :func:`screen_replies`' checks, a configured round (``sent`` not empty) rejects a reply whose
+    ``group_id`` names another round, a reply from a node that was sent nothing this round, and every
+    reply of a node that answered more than once; and, among the replies left, an update (reply minus
+    the model that node was sent) whose norm exceeds :data:`OVERSIZED_NORM_RATIO` times the round's
+    lower median update norm (:func:`oversized`).  With nothing sent at all (replies aggregated without
+    a configured round, as Flower's own tests do), the replies are screened against the first
+    well-formed one and the updates carry no references.  ``keys`` names the model store's key of what
+    each node was sent.
     """
     decoded: dict[int, Model] = {}  # each distinct model sent, decoded once
     fallback = next(iter(sent.values()), None)
@@ -128,10 +178,12 @@ def usable_updates(server_round: int, seed: int, replies: list[Message], sent: M
 
     usable, models, refs, rejected = [], [], [], []
     first: Model | None = None  # the layout replies are held to when nothing was sent
+    answers = Counter(msg.metadata.src_node_id for msg in replies)
     for msg in replies:
         node = msg.metadata.src_node_id
         reference = reference_of(node) if sent else first
-        outcome = _check(msg, reference, arrayrecord_key, weighted_by_key)
+        outcome = (_misaddressed(msg, server_round, sent, answers[node])
+                   or _check(msg, reference, arrayrecord_key, weighted_by_key))
         if isinstance(outcome, str):
             rejected.append((node, outcome))
             continue
@@ -140,6 +192,13 @@ def usable_updates(server_round: int, seed: int, replies: list[Message], sent: M
         models.append(outcome)
         if sent:
             refs.append(reference)
+    if refs:
+        ratios = oversized(models, refs)
+        keep = [k for k, ratio in enumerate(ratios) if ratio is None]
+        rejected += [(usable[k].metadata.src_node_id,
+                      f"update norm {ratio:.1f} times the round's lower median (limit {OVERSIZED_NORM_RATIO:g})")
+                     for k, ratio in enumerate(ratios) if ratio is not None]
+        usable, models, refs = [usable[k] for k in keep], [models[k] for k in keep], [refs[k] for k in keep]
     updates = ClientUpdates(
         server_round=server_round, seed=seed, node_ids=tuple(m.metadata.src_node_id for m in usable),
         models=tuple(models),

@@ -208,7 +208,8 @@ class BouquetStrategy(Strategy):
         # The SuperLink answers for a node it saw go offline with an error reply whose source is not that
         # node (Flower 1.42 puts its own id there): such a node counts as lost, named by the id it was sent to.
         expected = set(configured.node_ids)
-        rejected = [(n, why) for n, why in rejected if n in expected or not expected]
+        stray_errors = {m.metadata.src_node_id for m in replies if m.has_error()} - expected if expected else set()
+        rejected = [(n, why) for n, why in rejected if n not in stray_errors]
         answered = {m.metadata.src_node_id for m in replies}
         lost = [n for n in configured.node_ids if n not in answered]
         log.info("aggregate_train: %d usable replies, %d rejected, %d lost", len(usable), len(rejected), len(lost))
