@@ -41,8 +41,13 @@ def default_runtime_dir() -> Path:
     return Path(os.environ.get("BOUQUET_RUNTIME_DIR") or Path.home() / ".cache" / "bouquet" / "runtime")
 
 
-def pid_alive(pid: int, name: str) -> bool:
-    """Whether ``pid`` runs a command whose line contains ``name`` (a PID reused by another program is not)."""
+#: What a SuperLink's command line holds: Flower's entry, or bouquet's (a state database: bouquet.superlink).
+SUPERLINK_COMMANDS = ("flower-superlink", "bouquet.superlink")
+
+
+def pid_alive(pid: int, name: str | tuple[str, ...]) -> bool:
+    """Whether ``pid`` runs a command whose line contains ``name`` (or one of them; a PID reused by another
+    program is not)."""
     if pid <= 0:  # 0 and negative numbers name process groups, never one process
         return False
     try:
@@ -52,7 +57,10 @@ def pid_alive(pid: int, name: str) -> bool:
     status = Path(f"/proc/{pid}/stat")
     if status.is_file() and status.read_text().rsplit(")", 1)[1].split()[0] == "Z":
         return False  # a zombie: exited, waiting for its parent
-    return name in command_line(pid) if Path("/proc").is_dir() else True
+    if not Path("/proc").is_dir():
+        return True
+    line = command_line(pid)
+    return any(one in line for one in ((name,) if isinstance(name, str) else name))
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -66,7 +74,7 @@ def _signal(pid: int, signum: int) -> None:
         pass
 
 
-def stop_pid(pid: int, name: str, grace: float = 20) -> bool:
+def stop_pid(pid: int, name: str | tuple[str, ...], grace: float = 20) -> bool:
     """Stop ``pid`` and the process group it leads (we start every process in its own session) if ``pid`` still
     runs ``name``: SIGTERM, then SIGKILL after ``grace`` seconds.  Returns whether it was running."""
     if not pid_alive(pid, name):
@@ -136,7 +144,7 @@ class RuntimeState:
     def problems(self) -> list[str]:
         """Why this runtime cannot take runs (empty when both processes run and listen)."""
         found = []
-        if not pid_alive(self.superlink_pid, "flower-superlink"):
+        if not pid_alive(self.superlink_pid, SUPERLINK_COMMANDS):
             found.append(f"its SuperLink (pid {self.superlink_pid}) is gone")
         elif not port_open(self.superlink_port):
             found.append(f"its SuperLink (pid {self.superlink_pid}) does not listen on 127.0.0.1:{self.superlink_port}")
@@ -239,8 +247,8 @@ class WarmRuntime:
         from bouquet.processes import descendants
 
         # the SuperLink starts flower-superexec and the simulations in sessions of their own: stop them by PID too
-        below = descendants(state.superlink_pid) if pid_alive(state.superlink_pid, "flower-superlink") else []
-        if stop_pid(state.superlink_pid, "flower-superlink"):
+        below = descendants(state.superlink_pid) if pid_alive(state.superlink_pid, SUPERLINK_COMMANDS) else []
+        if stop_pid(state.superlink_pid, SUPERLINK_COMMANDS):
             stopped.append(f"SuperLink (pid {state.superlink_pid})")
         for pid in below:
             stop_pid(pid, "", grace=10)

@@ -40,7 +40,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bouquet.launch import failed_runs, run_ids
-from bouquet.processes import command_line, descendants, flwr
+from bouquet.processes import command_line, descendants, flwr, hold_write_lock
 from bouquet.runtime import WarmRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,17 +99,13 @@ class Monitor(threading.Thread):
             self.done.wait(self.interval)
 
     def _hold_write_lock(self) -> None:
-        """Hold the state database's write lock ``lock_for`` s, as a busy writer does (the SuperLink's own writes
-        wait for it up to SQLite's busy timeout, 5 s in Flower 1.42, then fail)."""
-        connection = sqlite3.connect(self.database, isolation_level=None, timeout=30)
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-            print(f"  write lock on the state database for {self.lock_for:g} s", flush=True)
-            time.sleep(self.lock_for)
-            connection.execute("ROLLBACK")
-            print("  write lock released", flush=True)
-        finally:
-            connection.close()
+        """Hold the state database's write lock ``lock_for`` s, as a busy writer does (Flower's own SuperLink waits
+        for it up to SQLite's busy timeout, 5 s in Flower 1.42, then fails the write; bouquet.superlink 120 s)."""
+        held = threading.Event()
+        threading.Timer(0, lambda: held.wait(60) and print(
+            f"  write lock on the state database for {self.lock_for:g} s", flush=True)).start()
+        hold_write_lock(self.database, self.lock_for, held)
+        print("  write lock released", flush=True)
 
     def _resume(self) -> None:
         try:

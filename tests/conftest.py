@@ -81,6 +81,15 @@ def stop_group(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def runtime_cpus() -> int:
+    """CPUs of each session's Ray head: the machine's cores shared among the pytest-xdist workers (each starts
+    its own runtime).  Two workers that each claimed every core ran twice as many ClientApps as there are cores;
+    on a loaded machine a simulation process starved that way missed Flower's 60 s task deadline ("No
+    heartbeat received from the task", docs/RELIABILITY.md, "Tests that failed sometimes")."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, (os.cpu_count() or 2) // workers)
+
+
 @pytest.fixture(scope="session")
 def warm_runtime(tmp_path_factory):
     """The session's warm runtime (:class:`bouquet.runtime.WarmRuntime`): one Ray head and one SuperLink on
@@ -88,7 +97,7 @@ def warm_runtime(tmp_path_factory):
     from bouquet.runtime import WarmRuntime, pid_alive
 
     runtime = WarmRuntime(tmp_path_factory.mktemp("runtime"))
-    state, _ = runtime.up(num_cpus=2)
+    state, _ = runtime.up(num_cpus=runtime_cpus())
     try:
         yield state
     finally:
