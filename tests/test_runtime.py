@@ -188,3 +188,18 @@ def test_a_ray_head_is_loopback_only_when_its_port_listens_on_loopback_alone(ray
     assert not loopback_ray_head(f"127.0.0.1:{free_port()}")  # nothing listens there
     assert not loopback_ray_head("10.1.2.3:6379")  # another host: a multi-node cluster
     assert not loopback_ray_head("auto")
+
+
+def test_a_runtime_with_a_state_database_runs_bouquets_superlink_and_is_seen_healthy_and_stopped(tmp_path):
+    """``up(state_database=True)`` (what ``scripts/heartbeat_probe.py --state-database`` runs) starts
+    ``python -m bouquet.superlink --database ...``: the runtime knows it as its SuperLink, healthy and stopped."""
+    runtime = WarmRuntime(tmp_path / "rt")
+    state, _ = runtime.up(num_cpus=1, state_database=True)
+    try:
+        line = command_line(state.superlink_pid)
+        assert "bouquet.superlink" in line and "--state-busy-timeout" in line and "--database" in line
+        assert runtime.healthy() is not None and pid_alive(state.superlink_pid, "bouquet.superlink")
+    finally:
+        runtime.down()
+    assert not pid_alive(state.superlink_pid, ("flower-superlink", "bouquet.superlink"))
+    assert not pid_alive(state.ray_pid, "ray")
