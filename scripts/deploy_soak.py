@@ -14,7 +14,8 @@ backup, a long write or a stalled SD card does), longer than one heartbeat perio
 ``flower-superlink`` instead of ``python -m bouquet.superlink`` (its state waits 5 s for a lock, then answers
 HTTP 500 and the run dies 60 s later: docs/RELIABILITY.md).  ``--restart-after-round K`` kills the SuperLink
 (SIGKILL, with its ServerApp) after round K's checkpoint, starts it again on the same database, stops the
-dead run and resumes it from its checkpoint (``resume-from``), as docs/DEPLOY.md tells an operator to.
+dead run and resumes it from its checkpoint (``resume-from``), as docs/DEPLOY.md tells an operator to.  A run
+not finished within ``--run-timeout`` s is stopped (``flwr stop``) and counted as failed.
 
 Prints one line per run (Flower's status, wall time, MAE) and appends it to ``<out>/runs.csv``; a run whose
 folder already holds ``summary.json`` is not run again (resumable).  The last line says how many runs
@@ -28,6 +29,7 @@ import argparse
 import csv
 import json
 import multiprocessing
+import subprocess
 import sys
 import threading
 import time
@@ -73,7 +75,13 @@ def _one(deploy, index: int, args: argparse.Namespace, results: Path) -> dict:
     before = {int(r["run-id"]) for r in deploy.runs()}
     started = time.monotonic()
     outcome: dict = {}
-    runner = threading.Thread(target=lambda: outcome.update(done=deploy.run(ROOT, run_config=config, timeout=3600)))
+    def go() -> None:
+        try:
+            outcome["done"] = deploy.run(ROOT, run_config=config, timeout=args.run_timeout)
+        except subprocess.TimeoutExpired:
+            outcome["timed-out"] = True
+
+    runner = threading.Thread(target=go)
     runner.start()
     events = []
     if args.lock_for > 0 and _wait_for_checkpoint(folder, args.lock_after_round, runner):
@@ -91,12 +99,17 @@ def _one(deploy, index: int, args: argparse.Namespace, results: Path) -> dict:
         wait_for_nodes(deploy, args.nodes, timeout=300)
         outcome["resumed"] = deploy.run(ROOT, run_config=resume_overrides(folder), timeout=3600)
     runner.join()
-    runs = [r for r in deploy.wait_for_runs(1800) if int(r["run-id"]) not in before]
+    runs = [r for r in deploy.wait_for_runs(args.run_timeout) if int(r["run-id"]) not in before]
+    for run in runs:  # never started or never ended within the time: stop it, so that the next run can go
+        if not str(run["status"]).startswith("finished"):
+            deploy.stop_run(int(run["run-id"]))
+            events.append(f"run {run['run-id']} still {run['status']} after {args.run_timeout:g} s: stopped")
     wall = time.monotonic() - started
     statuses = "; ".join(f"{r['status']} {r.get('status-details', '')}".replace(" N/A", "").strip() for r in runs)
     numbers = _numbers(folder)
     summary = numbers[0] if numbers else {}
-    completed = numbers is not None and bool(runs) and runs[-1]["status"] == "finished:completed"
+    # a resumed run is two Flower runs: the one that died with its SuperLink (stopped) and the one that finished
+    completed = numbers is not None and any(r["status"] == "finished:completed" for r in runs)
     row = {"run": name, "completed": completed, "flower-status": statuses, "wall-seconds": round(wall, 1),
            "mae-litres-mean": summary.get("mae-litres-mean", ""), "events": " | ".join(events),
            "superlink": "flower-superlink" if args.flower else "bouquet.superlink", "hogs": args.hog}
@@ -116,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--insecure", action="store_true", help="no TLS, no SuperNode authentication")
     parser.add_argument("--flower", action="store_true", help="Flower's own flower-superlink (5 s busy timeout)")
     parser.add_argument("--run-config", default=DEFAULT_CONFIG)
+    parser.add_argument("--run-timeout", type=float, default=1800,
+                        help="seconds a run may take before it is stopped and counted as failed")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "deploy-soak")
     args = parser.parse_args(argv)
     for key in ("runs", "nodes"):
