@@ -66,7 +66,15 @@ def patient_sqlite(busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Callable[[
 
 
 def superlink_command(args: list[str], busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> list[str]:
-    """The command line that starts this entry with Flower's ``args`` (this Python, ``-m bouquet.superlink``)."""
+    """The command line that starts this entry with Flower's ``args`` (this Python, ``-m bouquet.superlink``).
+
+    Parameters
+    ----------
+    args : list of str
+        ``flower-superlink``'s options (``--database``, ``--host``, TLS, ...), passed through unchanged.
+    busy_timeout_s : float
+        ``--state-busy-timeout``: seconds a state write waits for a lock; positive.
+    """
     return [sys.executable, "-m", "bouquet.superlink", "--state-busy-timeout", f"{_check_timeout(busy_timeout_s):g}",
             *args]
 

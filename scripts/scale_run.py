@@ -62,7 +62,7 @@ def group_of(command: str) -> str:
         return "clientapp-actors"
     if command.startswith("ray::") or any(k in command for k in ("raylet", "gcs_server", "/ray/", "ray.", "ray_")):
         return "ray-daemons"
-    if "flower-superlink" in command:
+    if "flower-superlink" in command or "bouquet.superlink" in command:
         return "superlink"
     if "flwr-simulation" in command or "flower-superexec" in command:
         return "simulation"

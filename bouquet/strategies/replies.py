@@ -133,6 +133,20 @@ def oversized(models: list[Model], references: list[Model],
     ``(n - 1) // 2``-th smallest norm) is what a majority of the round's updates reach, so one boosted
     reply among two is still caught.  None where the update is within ``ratio`` (or fewer than two
     updates, or a lower median of 0, leave nothing to compare with).
+
+    Parameters
+    ----------
+    models : list of dict of str to numpy.ndarray
+        The round's usable replies, decoded.
+    references : list of dict of str to numpy.ndarray
+        The model each of them was sent (same names and shapes); integer arrays are left out of the norm.
+    ratio : float, default :data:`OVERSIZED_NORM_RATIO`
+        How many times the lower median an update norm may reach.
+
+    Returns
+    -------
+    list of float or None
+        Per model, its norm over the lower median where that exceeds ``ratio``, else None.
     """
     norms = []
     for model, reference in zip(models, references, strict=True):
