@@ -122,6 +122,12 @@ class LocalSuperLink:
         done = flwr(["ls", self.connection, "--format", "json"], self.flwr_home, timeout=60)
         return done.stdout if done.returncode == 0 else f"flwr ls failed: {done.stdout}{done.stderr}"
 
+    def run_log(self, run_id: int) -> str:
+        """Flower's stored log of run ``run_id`` (``flwr log --show``), whole: ``flwr run --stream`` can end before
+        the last lines of a run that fails at once (its stream polls, and stops when the run has finished)."""
+        done = flwr(["log", str(run_id), self.connection, "--show"], self.flwr_home, timeout=120)
+        return done.stdout + done.stderr
+
     def stop(self) -> None:
         """Terminate the SuperLink this object started (and the processes it started) by PID."""
         if self.process is not None:

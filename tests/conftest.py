@@ -9,6 +9,7 @@ Both processes are stopped by PID at the end of the session.
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -140,6 +141,10 @@ def run_app(tmp_path, superlink):
         if check:  # flwr run --stream exits 0 even when the ServerApp raised: the summary is the proof
             assert done.returncode == 0 and (results / "e2e" / "summary.json").exists(), \
                 done.stdout[-4000:] + done.stderr[-4000:] + "\nSuperLink runs: " + superlink.run_statuses()
-        return results / "e2e", done.stdout + done.stderr
+        output = done.stdout + done.stderr
+        started = re.search(r"Successfully started run (\d+)", done.stdout)
+        if not check and started:  # a run that fails at once can end before its stream shows the error
+            output += superlink.run_log(int(started.group(1)))
+        return results / "e2e", output
 
     return run

@@ -6,6 +6,7 @@ two drop-in Flower apps that are not ours.
 """
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +16,24 @@ from bouquet.results import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
+#: The foreign apps' simulated federation.  Flower's Ray backend asks 2 CPUs per ClientApp unless told otherwise,
+#: and each test worker's Ray head has the cores shared among the workers (1 each with two workers on 2 cores),
+#: where no ClientApp of 2 CPUs could start: ask 1, as every other simulation of the suite does.
+FOREIGN_FEDERATION = "num-supernodes=4 client-resources-num-cpus=1"
 
 
-def test_bad_run_config_value_stops_with_a_clear_message(run_app):
-    _, output = run_app('strategy="fedavgx"', supernodes=2, check=False)
-    assert "run-config 'strategy': unknown strategy 'fedavgx'" in output
+def test_bad_run_config_value_stops_with_a_clear_message(run_app, superlink):
+    """The run fails before any training, and the message names the key.  Flower 1.42 does not always ship the
+    last lines of a simulation process that ends within seconds (3 of 8 runs of this file with ``-n 2`` on 2
+    cores: the traceback never reached the SuperLink's stored log, ``flwr log --show``), so the message is
+    checked wherever the error's line arrived; the failed status and the missing results always.  The
+    message itself is pinned in ``test_config.py::test_bad_values_name_the_key``."""
+    folder, output = run_app('strategy="fedavgx"', supernodes=2, check=False)
+    run_id = re.search(r"Successfully started run (\d+)", output).group(1)
+    (run,) = [r for r in json.loads(superlink.run_statuses())["runs"] if r["run-id"] == run_id]
+    assert run["status"] == "finished:failed" and not (folder / "summary.json").exists()
+    if "ConfigError" in output:
+        assert "run-config 'strategy': unknown strategy 'fedavgx'" in output
 
 
 def test_hk_strategy_drops_into_a_foreign_flower_app_on_an_existing_ray_cluster(superlink, ray_head):
@@ -33,7 +47,7 @@ def test_hk_strategy_drops_into_a_foreign_flower_app_on_an_existing_ray_cluster(
     """
     mse = {}
     for models, memory in (("shared", "false"), ("personal", "false"), ("personal", "true")):
-        done = superlink.flwr_run(ROOT / "tests" / "foreign_app", federation_config="num-supernodes=4",
+        done = superlink.flwr_run(ROOT / "tests" / "foreign_app", federation_config=FOREIGN_FEDERATION,
                                   run_config=f'coalition-models="{models}" memory={memory}')
         output = done.stdout + done.stderr
         assert done.returncode == 0, output[-4000:]
@@ -71,7 +85,7 @@ def test_baseline_strategies_run_end_to_end(run_app, strategy):
 
 def test_sckm_selection_drops_into_a_foreign_torch_app(superlink):
     """A torch app that is not ours adopts SCKM-Select: one strategy line + one client registration."""
-    done = superlink.flwr_run(ROOT / "tests" / "foreign_sketch_app", federation_config="num-supernodes=4")
+    done = superlink.flwr_run(ROOT / "tests" / "foreign_sketch_app", federation_config=FOREIGN_FEDERATION)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     lines = [line.split("FOREIGN-SKETCH-ROUND", 1)[1].split() for line in output.splitlines()
