@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 from sklearn.metrics import adjusted_rand_score
 
-from bouquet.algorithms.hk import HKParams, hk_coalitions
+from bouquet.algorithms.hk import HKParams, gram_cosines, hk_coalitions
 from bouquet.algorithms.memory import (
     MAJORITY,
     PairEvidence,
@@ -106,13 +106,6 @@ def rounds_of_cosines(data: str, seed: int, rounds: int,
                  for name in model.state_dict()}
         model.load_state_dict({name: value.to(model.state_dict()[name].dtype) for name, value in state.items()})
     return out, by_layer, groups, [name for name, _ in model.named_parameters()]
-
-
-def gram_cosines(gram: np.ndarray) -> np.ndarray:
-    """The cosine matrix of rows whose Gram matrix is ``gram`` (a zero row has cosine 0 with every row)."""
-    norms = np.sqrt(np.clip(np.diag(gram), 0.0, None))
-    scale = np.where(norms > 0, norms, np.inf)
-    return gram / scale[:, None] / scale[None, :]
 
 
 def chosen_tensors(names: list[str], prefixes: tuple[str, ...]) -> np.ndarray:
