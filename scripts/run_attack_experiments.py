@@ -1,4 +1,4 @@
-"""Run the attack study (issue 17): every arm x attack x attacker fraction x seed on one task, resumable.
+"""Run the attack study: every arm x attack x attacker fraction x seed on one task, resumable.
 
 The study lives in :mod:`bouquet.studies.run_attack_experiments` (``--help`` lists its options); this file runs it."""
 

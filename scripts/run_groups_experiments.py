@@ -1,4 +1,4 @@
-"""Run the known-groups study (issue 16): every arm x seed on one benchmark, resumable, one folder per run.
+"""Run the known-groups study: every arm x seed on one benchmark, resumable, one folder per run.
 
 The study lives in :mod:`bouquet.studies.run_groups_experiments` (``--help`` lists its options); this file runs it."""
 

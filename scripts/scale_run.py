@@ -1,4 +1,4 @@
-"""Scale runs (issue 20, item 4): big simulations of the water app, with wall time and peak memory per process.
+"""Scale runs: big simulations of the water app, with wall time and peak memory per process.
 
 The study lives in :mod:`bouquet.studies.scale_run` (``--help`` lists its options); this file runs it."""
 

@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 
 from bouquet.analysis import attack_figures
-from tests.script_loader import ROOT, script
+from bouquet.studies import ROOT, run_attack_experiments
 
-RUNNER = "run_attack_experiments"
+RUNNER = run_attack_experiments
 
 
 def _plan(*args):
-    runner = script(RUNNER)
+    runner = RUNNER
     return runner.plan(runner.build_parser().parse_args(list(args)))
 
 
@@ -41,7 +41,7 @@ def test_every_arm_and_attack_resolves_to_a_valid_app_config():
     from bouquet.algorithms.attacks import ATTACKS
     from bouquet.config import AppConfig
 
-    runner = script(RUNNER)
+    runner = RUNNER
     defaults = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     arms = sorted(p.stem for p in (runner.EXPERIMENTS / "arms").glob("*.toml"))
     assert {"fedavg", "fedavg-oracle", "hk-paper", "hk-robust", "hk-robust-updates", "krum", "multikrum", "bulyan", "fedmedian",
@@ -57,7 +57,7 @@ def test_every_arm_and_attack_resolves_to_a_valid_app_config():
 @pytest.mark.tier2  # second tier: the study runner is first-tier in test_sckm_experiments.py
 @pytest.mark.e2e
 def test_smoke_study_writes_the_table_and_figures_and_resumes(tmp_path, capsys, ray_head):
-    runner, figures = script(RUNNER), attack_figures
+    runner, figures = RUNNER, attack_figures
     args = ["--data", "digits", "--profile", "smoke", "--arms", "krum", "--attacks", "sign-flip",
             "--fractions", "0", "0.2", "--seeds", "0", "--out", str(tmp_path), "--ray-address", ray_head.address]
     assert runner.main(args) == 0

@@ -100,10 +100,11 @@ def _family_comparisons(path: Path) -> list[str]:
 def test_no_family_name_is_compared_outside_the_registry():
     """The config, the ServerApp and the ClientApp ask the family's traits and builders; only the registry
     names families.  Exempt: the robust-rule part, whose ``rule`` parameter is Flower's rule name (the part
-    is usable without the app) -- it dispatches on its own parameter, not on the strategy; and the studies'
-    analysis, which compares its arms' names (an arm ``fedavg`` is a folder of runs, not a strategy)."""
+    is usable without the app) -- it dispatches on its own parameter, not on the strategy; and the studies
+    and their analysis, which compare their arms' names (an arm ``fedavg`` is a folder of runs, not a
+    strategy)."""
     exempt = {PACKAGE / "families.py", PACKAGE / "strategies" / "robust.py"}
-    hits = [hit for path in sorted(PACKAGE.rglob("*.py")) if path not in exempt and "analysis" not in path.parts
+    hits = [hit for path in sorted(PACKAGE.rglob("*.py")) if path not in exempt and not {"analysis", "studies"} & set(path.parts)
             for hit in _family_comparisons(path)]
     assert hits == []
     assert _family_comparisons(PACKAGE / "families.py"), "the scan finds the registry's own comparisons"

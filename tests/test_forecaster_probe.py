@@ -5,11 +5,11 @@ import pytest
 
 from bouquet.data.water import TestPeriodLocked
 from bouquet.forecasting.naive import NAIVE_FORECASTERS
-from tests.script_loader import script
+from bouquet.studies import forecaster_probe
 
 
 def test_probe_scores_each_variant_beside_the_naive_forecasters_and_resumes(tmp_path, capsys):
-    probe = script("forecaster_probe")
+    probe = forecaster_probe
     args = ["--data", "synthetic", "--households", "2", "--epochs", "1", "--out", str(tmp_path),
             "--variants", "paper,window-mean,window-median,improved"]
     assert probe.main(args) == 0
@@ -44,7 +44,7 @@ def test_the_probe_cannot_score_the_test_period():
     from bouquet.data.water import load_pool
     from bouquet.tasks.water import LSTMForecaster, evaluate_windows, naive_errors
 
-    probe = script("forecaster_probe")
+    probe = forecaster_probe
     for variant in ("paper", "improved"):
         config = probe.app_config("synthetic", None, {**probe.VARIANTS[variant], "score-test": True, "origin": 2})
         assert not config.water_data.score_test and config.water_data.origin == 0

@@ -6,14 +6,14 @@ import json
 import pandas as pd
 import pytest
 
-from tests.script_loader import script
+from bouquet.studies import ROOT, run_forecaster_study
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.tier2  # second tier: the study runner is first-tier in test_sckm_experiments.py; validation numbers in test_e2e_personal.py
 def test_smoke_study_chooses_on_validation_and_reports_paired_intervals(tmp_path, capsys, ray_head):
-    runner = script("run_forecaster_study")
+    runner = run_forecaster_study
     args = ["--study", "hk-paper", "--data", "daiad", "--profile", "smoke", "--arms", "fedavg,fedprox",
             "--tune-seeds", "0", "--seeds", "0", "1", "--supernodes", "4", "--out", str(tmp_path),
             "--ray-address", ray_head.address]
@@ -40,7 +40,7 @@ def test_smoke_study_chooses_on_validation_and_reports_paired_intervals(tmp_path
 
 
 def test_unknown_study_or_arm_is_a_clear_error(tmp_path):
-    runner = script("run_forecaster_study")
+    runner = run_forecaster_study
     with pytest.raises(SystemExit, match="unknown study 'nope'"):
         runner.main(["--study", "nope", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="unknown arm 'nope'"):
@@ -54,7 +54,6 @@ def test_rolling_study_locks_the_test_blocks_until_final_and_scores_them_once(tm
     tuning reads validation only; --final scores every origin, logs it, and writes the household tables."""
     import shutil
 
-    from tests.script_loader import ROOT
 
     study = tmp_path / "study"
     for kind in ("data", "profiles"):
@@ -64,7 +63,7 @@ def test_rolling_study_locks_the_test_blocks_until_final_and_scores_them_once(tm
                                                 "num-server-rounds = [1, 2]\n")
     (study / "arms" / "local.toml").write_text('strategy = "local"\nnum-server-rounds = 1\n[grid]\n'
                                                "local-epochs = [1, 2]\n")
-    runner = script("run_forecaster_study")
+    runner = run_forecaster_study
     args = ["--study", str(study), "--data", "synthetic", "--profile", "smoke", "--tune-seeds", "0",
             "--supernodes", "4", "--out", str(tmp_path / "out"), "--ray-address", ray_head.address, "--refit", "7"]
     assert runner.main(args) == 0

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from bouquet.analysis import groups_figures
-from tests.script_loader import ROOT, script
+from bouquet.studies import ROOT, group_cosines, run_groups_experiments
 
-RUNNER = "run_groups_experiments"
+RUNNER = run_groups_experiments
 #: Arms that fine-tune on the node, which only the water task implements (a clear error on images).
 WATER_ONLY_ARMS = {"fedavg-finetune"}
 
@@ -17,7 +17,7 @@ WATER_ONLY_ARMS = {"fedavg-finetune"}
 @pytest.mark.tier2  # second tier: the study runner is first-tier in test_sckm_experiments.py; rotated digits in test_e2e_clustered.py
 @pytest.mark.e2e
 def test_smoke_run_on_rotated_digits_writes_every_figure_and_resumes(tmp_path, capsys, ray_head):
-    runner, figures = script(RUNNER), groups_figures
+    runner, figures = RUNNER, groups_figures
     args = ["--data", "digits-rotate", "--profile", "smoke", "--arms", "fedavg,ifca", "--seeds", "0",
             "--out", str(tmp_path), "--ray-address", ray_head.address]
     assert runner.main(args) == 0
@@ -47,7 +47,7 @@ def test_every_arm_and_benchmark_resolves_to_a_valid_app_config():
     from bouquet.config import AppConfig, ConfigError
     from bouquet.launch import parse_overrides
 
-    runner = script(RUNNER)
+    runner = RUNNER
     defaults = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     arms = sorted(p.stem for p in (runner.EXPERIMENTS / "arms").glob("*.toml"))
     assert {"fedavg", "hk-shared", "ifca", "cfl", "local", "fixed-k-personal"} <= set(arms)
@@ -75,7 +75,7 @@ def test_every_arm_and_benchmark_resolves_to_a_valid_app_config():
 
 
 def test_unknown_arm_and_missing_data_file_are_clear_errors(tmp_path, monkeypatch):
-    runner = script(RUNNER)
+    runner = RUNNER
     with pytest.raises(SystemExit, match="unknown arm 'nope'"):
         runner.main(["--arms", "nope", "--out", str(tmp_path)])
     monkeypatch.setattr(runner, "ROOT", tmp_path)  # the data path resolves under an empty project
@@ -107,7 +107,7 @@ def test_coalition_stability_between_consecutive_rounds(tmp_path):
 
 
 def test_group_cosines_split_pairs_within_and_between_groups():
-    probe = script("group_cosines")  # its describe(); the pair split is bouquet.analysis.probes'
+    probe = group_cosines  # its describe(); the pair split is bouquet.analysis.probes'
     vectors = np.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0], [0.1, 1.0]])
     groups = np.array(["a", "a", "b", "b"])
     cosines = probe.cosine_matrix(vectors)

@@ -8,14 +8,14 @@ import pytest
 
 from bouquet.analysis import hk_figures
 from bouquet.forecasting.naive import NAIVE_FORECASTERS
-from tests.script_loader import script
+from bouquet.studies import run_hk_experiments
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.tier2  # second tier: the study runner is first-tier in test_sckm_experiments.py
 def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray_head):
-    runner, figures = script("run_hk_experiments"), hk_figures
+    runner, figures = run_hk_experiments, hk_figures
     args = ["--data", "synthetic", "--profile", "smoke", "--arms", "fedavg,hk-cosine-0.75", "--seeds", "0",
             "--supernodes", "4", "--out", str(tmp_path), "--ray-address", ray_head.address]
     assert runner.main(args) == 0
@@ -58,7 +58,7 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray
 
 def test_unknown_arm_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="unknown arm 'nope'"):
-        script("run_hk_experiments").main(["--arms", "nope", "--out", str(tmp_path)])
+        run_hk_experiments.main(["--arms", "nope", "--out", str(tmp_path)])
 
 
 def test_per_round_is_empty_when_no_run_records_the_column():

@@ -84,9 +84,9 @@ def test_ties_share_their_rank_and_labels_are_minmax():
 def test_probe_script_writes_pairs_and_tables(tmp_path):
     import pandas as pd
 
-    from tests.script_loader import script
+    from bouquet.studies import sckm_probe
 
-    script("sckm_probe").main(["--data", "digits", "--shards", "1", "--rounds", "1", "2", "--seeds", "0",
+    sckm_probe.main(["--data", "digits", "--shards", "1", "--rounds", "1", "2", "--seeds", "0",
                                "--clients", "4", "--local-batches", "2", "--out", str(tmp_path)])
     pairs = pd.read_csv(tmp_path / "probe_pairs.csv")
     assert len(pairs) == 2 * 6  # 2 probed rounds x C(4, 2) pairs

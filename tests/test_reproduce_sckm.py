@@ -5,16 +5,14 @@ import importlib
 
 import pytest
 
-from tests.script_loader import script
-
-reproduce = script("reproduce_sckm")
+from bouquet.studies import reproduce_sckm as reproduce
 
 
 def test_every_step_is_a_command_line_its_script_accepts(tmp_path):
     steps = reproduce.plan("cifar10", "cpu", [0, 1, 2], tmp_path)
     assert [s.script for s in steps] == ["run_sckm_experiments"] * 2 + ["sckm_figures"] * 2 + ["sckm_probe"] * 2
     parsed = [(importlib.import_module(f"bouquet.analysis.{s.script}") if s.script.endswith("_figures")
-               else script(s.script)).build_parser().parse_args(s.argv) for s in steps]
+               else importlib.import_module(f"bouquet.studies.{s.script}")).build_parser().parse_args(s.argv) for s in steps]
     assert [p.study for p in parsed[:2]] == ["select", "cluster"]
     assert all(p.seeds == [0, 1, 2] and p.profile == "cpu" and p.settings == "all" for p in parsed[:2])
     assert parsed[2].base == tmp_path / "select-cifar10-cpu" and parsed[3].out.parent == tmp_path / "figures"

@@ -4,9 +4,7 @@ import subprocess
 import sys
 import time
 
-from tests.script_loader import script
-
-scale = script("scale_run")
+from bouquet.studies import scale_run as scale
 
 
 def test_processes_are_grouped_by_their_command_line():

@@ -8,7 +8,7 @@ import pytest
 
 from bouquet.analysis import sckm_figures
 from bouquet.config import AppConfig
-from tests.script_loader import script
+from bouquet.studies import run_sckm_experiments
 
 pytestmark = pytest.mark.e2e
 
@@ -18,7 +18,7 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray
 
     from bouquet import client_app
 
-    runner, figures = script("run_sckm_experiments"), sckm_figures
+    runner, figures = run_sckm_experiments, sckm_figures
     args = ["--study", "select", "--data", "digits", "--profile", "smoke", "--settings", "c10-s2-b2",
             "--arms", "sckm-cluster,random", "--seeds", "0", "--out", str(tmp_path), "--ray-address", ray_head.address]
     assert runner.main(args) == 0
@@ -84,7 +84,7 @@ def test_smoke_run_writes_every_figure_and_csv_and_resumes(tmp_path, capsys, ray
 
 
 def test_a_profile_table_named_after_a_study_applies_to_that_study_only(tmp_path):
-    runner = script("run_sckm_experiments")
+    runner = run_sckm_experiments
     select = runner.job("cifar10", "full", "c10-s2-b2", "sckm-select", 0, tmp_path, "select")
     cluster = runner.job("cifar10", "full", "c50-s2-b4", "sckm-cluster", 0, tmp_path, "cluster")
     assert select.run_config["num-server-rounds"] == 60 and cluster.run_config["num-server-rounds"] == 120
@@ -96,7 +96,7 @@ def test_a_profile_table_named_after_a_study_applies_to_that_study_only(tmp_path
 def test_a_profile_extends_another(tmp_path):
     from bouquet.experiments import load_profile
 
-    runner = script("run_sckm_experiments")
+    runner = run_sckm_experiments
     longer = runner.job("cifar10", "cpu-60", "c10-s2-b2", "sckm-select", 0, tmp_path, "select").run_config
     base = runner.job("cifar10", "cpu", "c10-s2-b2", "sckm-select", 0, tmp_path, "select").run_config
     assert longer == base | {"num-server-rounds": 60} and "extends" not in longer
@@ -113,7 +113,7 @@ def test_every_shipped_job_has_the_run_config_it_had_before_the_layering_moved_i
     # data < profile (its own study table last, other studies' dropped) < setting < arm < seed, paths absolute
     import tomllib
 
-    runner = script("run_sckm_experiments")
+    runner = run_sckm_experiments
     root = runner.EXPERIMENTS
 
     def old(data, profile, setting, arm, study):
@@ -143,7 +143,7 @@ def test_every_shipped_job_has_the_run_config_it_had_before_the_layering_moved_i
 
 
 def test_unknown_layer_names_are_refused():
-    runner = script("run_sckm_experiments")
+    runner = run_sckm_experiments
     with pytest.raises(SystemExit, match="known: "):
         runner.main(["--data", "digits", "--profile", "smoke", "--settings", "c7-s1-b1", "--seeds", "0"])
 

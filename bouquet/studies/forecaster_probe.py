@@ -32,11 +32,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bouquet.studies import ROOT
 from bouquet.config import AppConfig
 from bouquet.data.water import load_pool
 from bouquet.experiments import load_layer
 from bouquet.results import markdown_table
+from bouquet.studies import ROOT
 from bouquet.tasks.water import LSTMForecaster, evaluate_windows, naive_errors, train_windows
 
 #: Each variant's run-config keys (over the HK study's data layer).

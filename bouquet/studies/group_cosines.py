@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bouquet.studies import ROOT
 from bouquet.analysis.probes import clients, cosine_matrix, flat, split_pairs
 from bouquet.config import AppConfig
 from bouquet.experiments import layered_run_config
+from bouquet.studies import ROOT
 
 EXPERIMENTS = ROOT / "experiments" / "groups"
 TAUS = (0.3, 0.5, 0.75, 0.9)

@@ -19,9 +19,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from bouquet.studies import ROOT
 from bouquet.algorithms.attacks import ATTACKS
 from bouquet.experiments import Job, arm_names, layered_run_config, pop_supernodes, run_jobs, study_parser
+from bouquet.studies import ROOT
 
 EXPERIMENTS = ROOT / "experiments" / "attacks"
 

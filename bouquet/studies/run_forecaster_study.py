@@ -50,7 +50,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bouquet.studies import ROOT
 from bouquet.analysis.forecaster_study import REFERENCE_ARMS, plot_study, run_rows, study_table
 from bouquet.analysis.water_baselines import federated_rows, federated_validation
 from bouquet.experiments import (
@@ -64,8 +63,8 @@ from bouquet.experiments import (
 )
 from bouquet.launch import pool_size, toml_value
 from bouquet.results import RunFolder, markdown_table
+from bouquet.studies import ROOT
 from bouquet.tuning import Candidate, candidate_name, choose_on_validation, expand_grid
-
 
 
 def candidates(experiments: Path, arm: str) -> list[Candidate]:

@@ -23,7 +23,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from bouquet.studies import ROOT
 from bouquet.experiments import (
     Job,
     arm_names,
@@ -33,6 +32,7 @@ from bouquet.experiments import (
     run_jobs,
     study_parser,
 )
+from bouquet.studies import ROOT
 
 EXPERIMENTS = ROOT / "experiments" / "groups"
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bouquet.studies import ROOT
 from bouquet.experiments import (
     Job,
     arm_names,
@@ -32,6 +31,7 @@ from bouquet.experiments import (
     toml_value,
 )
 from bouquet.launch import pool_size
+from bouquet.studies import ROOT
 
 EXPERIMENTS = ROOT / "experiments" / "hk"
 

@@ -36,8 +36,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from bouquet.studies import ROOT
 from bouquet.experiments import Job, arm_names, layered_run_config, require_data_files, run_jobs, study_parser
+from bouquet.studies import ROOT
 
 EXPERIMENTS = ROOT / "experiments" / "sckm"
 STUDIES = {

@@ -38,10 +38,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bouquet.studies import ROOT
 from bouquet import processes
 from bouquet.processes import command_line, descendants
 from bouquet.results import RunFolder
+from bouquet.studies import ROOT
 
 # the paper's forecaster, as when these arms were measured (docs/PERFORMANCE.md); the default job runs the personal one
 FILTERS_OFF = 'forecaster="paper" min-history-days=0 active-factor=0'

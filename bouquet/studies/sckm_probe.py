@@ -41,13 +41,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bouquet.studies import ROOT
 from bouquet.algorithms.probe import (
     minmax_labels,
     pair_features,
 )
 from bouquet.analysis.feature_probe import client_rows, client_table, tables
 from bouquet.data.images import VisionDataParams, load_images, shard_partition
+from bouquet.studies import ROOT
 from bouquet.tasks.vision import (
     VisionTrainParams,
     accuracy,
