@@ -7,7 +7,8 @@ key is the section's prefix plus the field name with ``_`` -> ``-``; a few keys 
 (``local-epochs`` sets ``water_train.epochs``), and three are shared by two sections (``batch-size``,
 ``data-seed``, ``sckm-layer-combine``, ``sckm-sign``), whose classes take that default from one constant.  Defaults
 are read from the classes, so each lives in one place; ``pyproject.toml``'s ``[tool.flwr.app.config]``
-repeats them for ``flwr run`` (a test checks both agree).
+repeats them for ``flwr run``, except the keys of the ``forecaster`` presets, where it holds the default
+job's preset (``bouquet/presets/personal.toml``); a test checks both.
 
 The ``strategy`` value is parsed once into a :class:`StrategySpec`.  The HK section exists only when the
 strategy is HK (its geometry comes from the name and decides how ``hk-tau`` is validated); the values of
@@ -20,8 +21,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from bouquet.algorithms.attacks import AttackParams
@@ -66,31 +69,36 @@ from bouquet.tasks.params import (
 )
 from bouquet.transport import TransportParams
 
-__all__ = ["DEPRECATED_KEYS", "FORECASTERS", "KEYS", "STRATEGIES", "TASKS", "AppConfig", "ConfigError", "Key", "RunParams",
+__all__ = ["DEFAULT_JOB", "DEPRECATED_KEYS", "FORECASTERS", "KEYS", "PRESETS_DIR", "STRATEGIES", "TASKS", "AppConfig", "ConfigError", "Key", "RunParams",
            "StrategySpec"]
 
 #: Use cases: household water forecasting (HK paper) or image classification (SCKM paper).
 TASKS = ("water", "vision")
 
-#: The ``forecaster`` presets of the water task: the run-config keys each sets.  ``paper`` sets none (every
-#: key's default is the paper's protocol: the reproduction); ``improved`` bundles the model's inputs and loss
-#: (weekday and household-profile inputs, L1, a window-median baseline); ``personal`` is the app's default job
-#: (pyproject.toml), the recipe the rolling-origin forecaster study chose on validation with its test period
-#: locked (docs/results/water.md): the ``improved`` inputs and loss over each household's blend of window median
-#: and weekday mean, rolling origins with the latest 28-day block as the test days and the 56 days before it as
-#: validation, three local epochs of Adam 0.01 for 50 rounds, up to five epochs of fine-tuning on the node kept
-#: only as far as its validation days say, and each household served the combination of its model and its own
-#: best naive forecaster that its validation days favour.  Per-round evaluation on a tenth of the nodes (the
-#: final model is evaluated on every node): each evaluation fine-tunes first.
-FORECASTERS: dict[str, dict[str, Any]] = {
-    "paper": {},
-    "improved": {"forecast-baseline": "window-median", "forecast-loss": "l1", "calendar-inputs": "weekday",
-                 "household-inputs": "profile"},
-    "personal": {"forecast-baseline": "household", "forecast-loss": "l1", "calendar-inputs": "weekday",
-                 "household-inputs": "profile", "split": "origins", "origin": 2, "learning-rate": 0.01,
-                 "local-epochs": 3, "num-server-rounds": 50, "personalize-epochs": 5, "personalize-early-stop": True,
-                 "fallback": "combine", "fraction-evaluate": 0.1},
-}
+#: Where the ``forecaster`` presets live: one run-config TOML file each, shipped with the app
+#: (``flwr run . --run-config bouquet/presets/paper.toml``).
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+#: The preset whose values ``pyproject.toml`` holds: what ``flwr run .`` runs.
+DEFAULT_JOB = "personal"
+
+
+def _load_presets() -> dict[str, dict[str, Any]]:
+    presets = {}
+    for path in sorted(PRESETS_DIR.glob("*.toml")):
+        values = tomllib.loads(path.read_text())
+        if values.pop("forecaster", None) != path.stem:
+            raise RuntimeError(f"{path}: its forecaster key must name the file ({path.stem!r})")
+        presets[path.stem] = values
+    return presets
+
+
+#: The ``forecaster`` presets of the water task, read from :data:`PRESETS_DIR`: each sets the same keys (the
+#: model's inputs and loss, the split, the training recipe, the serving rule), so a preset file is a whole
+#: forecaster.  ``paper`` is the HK paper's setting (every value is its key's default: the reproduction);
+#: ``improved`` adds weekday and household-profile inputs, the L1 loss and a window-median baseline;
+#: ``personal`` is the app's default job, the recipe the rolling-origin forecaster study chose on validation
+#: with its test period locked (docs/results/water.md; the file says what it holds).
+FORECASTERS: dict[str, dict[str, Any]] = _load_presets()
 #: Preset keys not applied with Per-FedAvg, which personalises the served model itself.
 _PERSONALISATION_KEYS = ("personalize-epochs", "personal-layers", "ditto-lambda")
 
@@ -120,10 +128,14 @@ class RunParams:
     round_timeout : float, default 3600
         Seconds the server waits for a round's replies; a node that has not answered is reported lost.
     forecaster : {"paper", "improved", "personal"}, default "paper"
-        The water forecaster's preset (:data:`FORECASTERS`): ``paper`` leaves every forecaster key as
-        given; another preset sets the keys it bundles, except those the run config sets to another
-        value than their default (those win).  The app's ``pyproject.toml`` sets ``personal`` (the
-        default job); this class's default is the paper's, for code that builds a config itself.
+        The water forecaster's preset (:data:`FORECASTERS`, one run-config file each in
+        :data:`PRESETS_DIR`).  A run config that names a preset and leaves out some of its keys gets the
+        preset's values for those; every key the run config holds wins, whatever its value.  ``flwr run``
+        passes every key of ``pyproject.toml``, so there a preset is chosen with its file
+        (``--run-config bouquet/presets/paper.toml``) or by ``python -m bouquet.launch``, which applies
+        the file under the keys it is given (:func:`with_preset`).  The app's ``pyproject.toml`` holds the
+        ``personal`` values (the default job); this class's default is the paper's, for code that builds
+        a config itself.
     """
 
     num_server_rounds: int = 20
@@ -538,7 +550,9 @@ class AppConfig:
             given[key] = _coerce(key, value, type(defaults[key]))
         preset = _preset(given.get("forecaster", defaults["forecaster"]), given) \
             if given.get("task", defaults["task"]) == "water" else {}  # a water forecaster: nothing to set for images
-        values = {**defaults, **given, **preset}
+        values = {**defaults, **preset, **given}
+        _check_preset_applied(values, given)
+        _drop_default_job_personalisation(values)
         by_section: dict[str, dict[str, Any]] = {s.name: {} for s in _SECTIONS}
         for key in KEYS:
             _set_nested(by_section[key.section], key.path, values[key.name])
@@ -611,19 +625,69 @@ def renamed_keys(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _preset(name: Any, given: Mapping[str, Any]) -> dict[str, Any]:
-    """The keys ``forecaster = name`` sets that the run config leaves at their default.
+def with_preset(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` over the file of the preset it names (``forecaster``), if it names one.
 
-    ``flwr run`` passes every key of ``pyproject.toml`` (each at its default unless overridden), so a value
-    equal to the key's default cannot be told from an absent one: the preset's value applies then.  A value
-    that differs from the default was asked for, and wins over the preset (so one key of a preset can be
-    changed; to set a preset's key back to its paper default, start from ``forecaster = "paper"``).  An
-    unknown name is left to :class:`RunParams`."""
+    What ``python -m bouquet.launch`` (and every run bouquet starts) sends to ``flwr run``: the preset's keys
+    with the ones given on top, so that a value given always wins, whatever it is.
+
+    Raises
+    ------
+    ConfigError
+        ``forecaster`` names no preset file.
+    """
+    name = overrides.get("forecaster")
+    if name is None:
+        return dict(overrides)
+    if name not in FORECASTERS:
+        raise ConfigError(f"run-config 'forecaster': forecaster must be one of {', '.join(FORECASTERS)}, got {name!r}")
+    return {"forecaster": name, **FORECASTERS[name], **overrides}
+
+
+def _preset(name: Any, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys ``forecaster = name`` sets that the run config leaves out (a key given always wins).  An
+    unknown name is left to :class:`RunParams`.  With Per-FedAvg, which personalises the served model itself,
+    the preset's personalisation keys are not applied."""
     preset = FORECASTERS.get(name, {})
-    strategy = given.get("strategy", _DEFAULTS["strategy"])
-    if strategy in STRATEGIES and StrategySpec.parse(strategy).kind.meta_learning:
+    if _meta_learning(given.get("strategy", _DEFAULTS["strategy"])):
         preset = {key: value for key, value in preset.items() if key not in _PERSONALISATION_KEYS}
-    return {key: value for key, value in preset.items() if key not in given or given[key] == _DEFAULTS[key]}
+    return {key: value for key, value in preset.items() if key not in given}
+
+
+def _meta_learning(strategy: Any) -> bool:
+    return strategy in STRATEGIES and StrategySpec.parse(strategy).kind.meta_learning
+
+
+def _check_preset_applied(values: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """A run config that names a preset other than the default job's but holds the default job's value for
+    every key where the two differ: ``forecaster = "paper"`` given to ``flwr run`` alone, over the app's
+    ``pyproject.toml``.  Running it would run the default job under the preset's name."""
+    name = values["forecaster"]
+    if name == DEFAULT_JOB or name not in FORECASTERS or values["task"] != "water":
+        return
+    preset, job = FORECASTERS[name], FORECASTERS[DEFAULT_JOB]
+    differ = [key for key in preset if preset[key] != job[key]]
+    if differ and all(key in given and given[key] == job[key] for key in differ):
+        raise ConfigError(
+            f"run-config 'forecaster' = {name!r}, but every key the preset sets still holds the default job's "
+            f"value ({', '.join(differ)}): flwr run takes a preset as its file, "
+            f"--run-config bouquet/presets/{name}.toml (copy it to change a key); python -m bouquet.launch "
+            f"--run-config 'forecaster=\"{name}\"' applies the file itself")
+
+
+def _drop_default_job_personalisation(values: dict[str, Any]) -> None:
+    """Per-FedAvg personalises the served model itself: over ``pyproject.toml`` (the default job), its
+    personalisation keys at the default job's values are set back to their defaults, as the preset would
+    not have applied them (only under ``forecaster = "personal"``); a personalisation value of another kind
+    stays, and is refused by the checks."""
+    if values["forecaster"] != DEFAULT_JOB or not _meta_learning(values["strategy"]):
+        return
+    job = FORECASTERS[DEFAULT_JOB]
+    for key in _PERSONALISATION_KEYS:
+        if key in job and values[key] == job[key] and values[key] != _DEFAULTS[key]:
+            log.info("run-config %r = %r is the default job's personalisation; %s personalises the served model "
+                     "itself: %r = %r", key, values[key], values["strategy"], key, _DEFAULTS[key])
+            values[key] = _DEFAULTS[key]
 
 
 @functools.lru_cache(maxsize=64)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bouquet.launch import staged_app
+from bouquet.launch import preset_applied, staged_app
 from bouquet.processes import descendants, flower_bin, flwr, free_port, offline_env, start, stop, wait_until
 from bouquet.superlink import DEFAULT_BUSY_TIMEOUT_S, superlink_command
 
@@ -177,7 +177,7 @@ class Deployment:
         with staged_app(app_dir) as staged:  # the app's files only: see bouquet.launch.app_files
             args = ["run", str(staged), self.connection, "--stream"]
             if run_config:
-                args += ["--run-config", run_config]
+                args += ["--run-config", preset_applied(run_config, staged.parent)]
             return self.flwr(*args, timeout=timeout, capture=capture)
 
 

@@ -111,7 +111,7 @@ class LocalSuperLink:
         with staged_app(app_dir) as staged:
             args = ["run", str(staged), self.connection, "--stream"]
             if run_config:
-                args += ["--run-config", run_config]
+                args += ["--run-config", preset_applied(run_config, staged.parent)]
             if federation_config:
                 args += ["--federation-config", federation_config]
             return flwr(args, self.flwr_home, timeout=timeout, capture=capture)
@@ -251,6 +251,24 @@ def parse_overrides(text: str) -> dict:
     return tomllib.loads("\n".join(f"{key} = {value}" for key, value in pairs))
 
 
+def preset_applied(run_config: str, folder: Path) -> str:
+    """``run_config`` (a ``--run-config`` string, or the path of a TOML file) for ``flwr run``, with the file of
+    the ``forecaster`` preset it names under it (:func:`bouquet.config.with_preset`): written to
+    ``folder/run-config.toml``, whose path is returned.  Flower takes one TOML file or key-value strings, not
+    both, hence the one file.  A run config that names no preset is returned as it is."""
+    import tomllib
+
+    from bouquet.config import with_preset
+
+    is_file = run_config.endswith(".toml")
+    overrides = tomllib.loads(Path(run_config).read_text()) if is_file else parse_overrides(run_config)
+    if "forecaster" not in overrides:
+        return run_config
+    target = Path(folder) / "run-config.toml"
+    target.write_text("".join(f"{key} = {toml_value(value)}\n" for key, value in with_preset(overrides).items()))
+    return str(target)
+
+
 def toml_value(value: object) -> str:
     """A Python scalar as a TOML value (for ``--run-config`` strings and files)."""
     import json
@@ -317,10 +335,10 @@ def app_config(app_dir: Path, run_config: str) -> AppConfig:
     """The app's run config (``[tool.flwr.app.config]`` of its ``pyproject.toml``) with ``run_config`` overrides."""
     import tomllib
 
-    from bouquet.config import AppConfig
+    from bouquet.config import AppConfig, with_preset
 
     defaults = tomllib.loads((Path(app_dir) / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    return AppConfig.from_run_config({**defaults, **parse_overrides(run_config)})
+    return AppConfig.from_run_config({**defaults, **with_preset(parse_overrides(run_config))})
 
 
 def unfinished_runs(results_dir: Path, before: set[Path]) -> list[Path]:

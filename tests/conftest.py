@@ -129,7 +129,8 @@ def run_app(tmp_path, superlink):
     """``run_app(run_config, supernodes=4)``: one real ``flwr run`` of this app; returns (run folder, stdout).
 
     The run config names the paper's forecaster unless it names one: the tests and pins written for the paper's
-    setting keep it now that the app's default job (pyproject.toml) is ``forecaster = "personal"``."""
+    setting keep it now that the app's default job (pyproject.toml) is the personal preset.  ``flwr_run``
+    applies the named preset's file under the keys given (bouquet.launch.preset_applied)."""
 
     def run(run_config: str, supernodes: int = 4, check: bool = True):
         if "forecaster=" not in run_config.replace(" = ", "="):

@@ -5,17 +5,37 @@ from pathlib import Path
 
 import pytest
 
-from bouquet.config import AppConfig, ConfigError
+from bouquet.config import DEFAULT_JOB, FORECASTERS, PRESETS_DIR, AppConfig, ConfigError, with_preset
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
 def test_pyproject_defaults_equal_appconfig_defaults():
+    """pyproject.toml holds every key: the class's default, except the forecaster presets' keys, where it holds
+    the default job's preset file, value for value."""
     declared = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
     assert sorted(declared) == sorted(AppConfig.keys())
-    # the one exception: the app's default job runs the personal forecaster, the class's default is the paper's
-    assert declared["forecaster"] == "personal"
-    assert AppConfig.from_run_config({**declared, "forecaster": "paper"}) == AppConfig()
+    assert declared["forecaster"] == DEFAULT_JOB == "personal"
+    preset = FORECASTERS[DEFAULT_JOB]
+    assert {key: declared[key] for key in preset} == preset
+    defaults = AppConfig().to_run_config()
+    assert {key: value for key, value in declared.items() if key not in preset and key != "forecaster"} == \
+        {key: value for key, value in defaults.items() if key not in preset and key != "forecaster"}
+    assert AppConfig.from_run_config({**declared, **with_preset({"forecaster": "paper"})}) == AppConfig()
+
+
+def test_every_preset_file_sets_the_same_keys_and_paper_is_every_default(tmp_path):
+    """A preset file is a whole forecaster: any of them over any config gives the same keys their values."""
+    names = sorted(path.stem for path in PRESETS_DIR.glob("*.toml"))
+    assert names == sorted(FORECASTERS) == ["improved", "paper", "personal"]
+    keys = {name: set(FORECASTERS[name]) for name in names}
+    assert all(k == keys["paper"] for k in keys.values()) and len(keys["paper"]) == 13
+    defaults = AppConfig().to_run_config()
+    assert FORECASTERS["paper"] == {key: defaults[key] for key in keys["paper"]}
+    improved = {key for key in keys["paper"] if FORECASTERS["improved"][key] != FORECASTERS["paper"][key]}
+    assert improved == {"forecast-baseline", "forecast-loss", "calendar-inputs", "household-inputs"}
+    for name in names:  # as flwr run reads the file: its forecaster key names it
+        assert tomllib.loads((PRESETS_DIR / f"{name}.toml").read_text())["forecaster"] == name
 
 
 def test_the_personal_preset_is_the_default_job_and_per_fedavg_keeps_its_own_personalisation():
@@ -31,14 +51,34 @@ def test_the_personal_preset_is_the_default_job_and_per_fedavg_keeps_its_own_per
     assert (job.run.num_server_rounds, job.water_train.epochs, job.water_train.learning_rate) == (50, 3, 0.01)
     assert job.personal.epochs == 5 and job.sampling.fraction_evaluate == 0.1
     assert AppConfig.from_run_config(job.to_run_config()) == job
-    # a key given another value than its default wins
+    assert AppConfig.from_run_config({"forecaster": "personal"}) == job  # the preset, from code
+    # a key given always wins, also when its value is the class's default (the paper's learning rate)
     assert AppConfig.from_run_config({**declared, "num-server-rounds": 8}).run.num_server_rounds == 8
+    assert AppConfig.from_run_config({**declared, "learning-rate": 0.001}).water_train.learning_rate == 0.001
+    assert AppConfig.from_run_config({"forecaster": "personal", "num-server-rounds": 20}).run.num_server_rounds == 20
     # Per-FedAvg personalises the served model itself: the preset's fine-tuning is left out, not an error
     perfedavg = AppConfig.from_run_config({**declared, "strategy": "perfedavg-fo"})
     assert perfedavg.personal.epochs == 0 and perfedavg.water_train.epochs == 3
-    # one key away from the paper's reproduction
-    paper = AppConfig.from_run_config({**declared, "forecaster": "paper"})
+    assert AppConfig.from_run_config({"forecaster": "personal", "strategy": "perfedavg-fo"}) == perfedavg
+    with pytest.raises(ConfigError, match="personalises the served model itself"):  # asked for outside the job
+        AppConfig.from_run_config({"strategy": "perfedavg-fo", "personalize-epochs": 5})
+    # the paper's reproduction: its preset file, over pyproject.toml
+    paper = AppConfig.from_run_config({**declared, **with_preset({"forecaster": "paper"})})
     assert (paper.water_model.baseline, paper.run.num_server_rounds, paper.personal.epochs) == ("none", 20, 0)
+    assert AppConfig.from_run_config({**declared, **with_preset({"forecaster": "paper", "learning-rate": 0.01})}) \
+        .water_train.learning_rate == 0.01
+
+
+def test_a_preset_named_without_its_file_over_pyproject_is_refused():
+    """``flwr run . --run-config 'forecaster="paper"'`` would run the default job under the paper's name."""
+    declared = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
+    with pytest.raises(ConfigError, match=r"bouquet/presets/paper.toml"):
+        AppConfig.from_run_config({**declared, "forecaster": "paper"})
+    # one key of the preset set otherwise is a choice, not a forgotten file
+    mixed = AppConfig.from_run_config({**declared, "forecaster": "improved", "forecast-baseline": "window-median"})
+    assert mixed.water_model.baseline == "window-median" and mixed.water_train.learning_rate == 0.01
+    with pytest.raises(ConfigError, match="forecaster must be one of"):
+        with_preset({"forecaster": "best"})
 
 
 def test_empty_run_config_is_the_default():

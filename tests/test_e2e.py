@@ -105,6 +105,29 @@ def test_selection_of_trained_updates_runs_end_to_end(run_app):
     assert "Selection of updates: sckm-select keeps 2" in stdout
 
 
+def test_a_preset_file_with_a_key_changed_runs_and_the_key_wins(superlink, tmp_path):
+    """A copy of the paper's preset file with one key changed (as a user edits it), run by ``flwr run``: the
+    ServerApp and the nodes read the file's values, and the changed key holds its value although it is the
+    default job's."""
+    from bouquet.config import PRESETS_DIR
+
+    results = tmp_path / "results"
+    edited = tmp_path / "my-paper.toml"
+    text = (PRESETS_DIR / "paper.toml").read_text()
+    for old, new in (("local-epochs = 5", "local-epochs = 3"), ("learning-rate = 0.001", "learning-rate = 0.01"),
+                     ("num-server-rounds = 20", "num-server-rounds = 1")):
+        assert old in text
+        text = text.replace(old, new)
+    edited.write_text(text + f'strategy = "fedavg"\nclients-per-round = 3\nsynthetic-households = 150\n'
+                             f'active-factor = 0.5\nresults-dir = "{results}"\nrun-name = "e2e"\n')
+    done = superlink.flwr_run(ROOT, run_config=str(edited),
+                              federation_config="num-supernodes=3 client-resources-num-cpus=1")
+    assert done.returncode == 0 and (results / "e2e" / "summary.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    config = json.loads((results / "e2e" / "config.json").read_text())
+    assert (config["forecaster"], config["local-epochs"], config["learning-rate"], config["forecast-baseline"],
+            config["split"], config["num-server-rounds"]) == ("paper", 3, 0.01, "none", "fraction", 1)
+
+
 @pytest.mark.tier2  # second tier: the default job (built on the improved forecaster) is pinned first-tier in test_regression.py
 def test_the_improved_forecaster_runs_end_to_end_beside_the_naive_forecasts(run_app):
     folder, stdout = run_app('forecaster="improved" strategy="fedavg" num-server-rounds=2 clients-per-round=3 '

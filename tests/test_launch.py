@@ -67,6 +67,24 @@ def test_resume_reuses_the_folders_config_and_adds_resume_from(tmp_path):
         format_overrides({"run-name": 'a"b'})
 
 
+def test_a_named_preset_goes_to_flwr_as_its_file_under_the_keys_given(tmp_path):
+    """Flower takes one TOML file or key-value strings: the preset's file and the keys given become one file,
+    and a key given wins whatever its value; a run config that names no preset goes as it is."""
+    import tomllib
+
+    from bouquet.config import FORECASTERS
+    from bouquet.launch import preset_applied
+
+    assert preset_applied("num-server-rounds=3", tmp_path) == "num-server-rounds=3"
+    written = tomllib.loads(Path(preset_applied('forecaster="paper" learning-rate=0.01', tmp_path)).read_text())
+    assert written == {**FORECASTERS["paper"], "forecaster": "paper", "learning-rate": 0.01}
+    layers = tmp_path / "job.run-config.toml"  # what a study writes
+    layers.write_text('forecaster = "improved"\nforecast-loss = "mse"\nseed = 2\n')
+    (tmp_path / "out").mkdir()
+    written = tomllib.loads(Path(preset_applied(str(layers), tmp_path / "out")).read_text())
+    assert written == {**FORECASTERS["improved"], "forecaster": "improved", "forecast-loss": "mse", "seed": 2}
+
+
 def test_failed_runs_name_every_run_that_did_not_complete():
     from bouquet.launch import failed_runs
 

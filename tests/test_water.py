@@ -304,15 +304,16 @@ def test_forecaster_preset_sets_its_keys_and_a_key_given_otherwise_wins():
     assert improved.water_data.calendar == "weekday" and improved.water_data.household == "profile"
     assert improved.water_data.input_channels == 5  # use, weekday sin / cos, train-days mean, weekday mean
     assert AppConfig.from_run_config(improved.to_run_config()) == improved  # what a results folder records
-    # the preset's own value or a key's default (what flwr run passes from pyproject.toml) is accepted
+    # the preset's file with a key added (what bouquet.launch sends to flwr run)
     same = {**FORECASTERS["improved"], "forecaster": "improved", "scaler": "robust"}
     assert AppConfig.from_run_config(same).water_data.scaler == "robust"
-    assert AppConfig.from_run_config({"forecaster": "improved", "forecast-loss": "mse"}).water_train.loss == "l1"
-    # a value other than the key's default was asked for: it wins, the preset's other keys stay
+    # a key given always wins, whether or not its value is the key's default; the preset's other keys stay
+    mse = AppConfig.from_run_config({"forecaster": "improved", "forecast-loss": "mse"})
+    assert mse.water_train.loss == "mse" and mse.water_model.baseline == "window-median"
     huber = AppConfig.from_run_config({"forecaster": "improved", "forecast-loss": "huber"})
     assert huber.water_train.loss == "huber" and huber.water_model.baseline == "window-median"
     assert AppConfig.from_run_config(huber.to_run_config()) == huber
-    with pytest.raises(ConfigError, match="forecaster must be one of paper, improved, personal"):
+    with pytest.raises(ConfigError, match="forecaster must be one of improved, paper, personal"):
         AppConfig.from_run_config({"forecaster": "best"})
     paper = AppConfig()
     assert (paper.run.forecaster, paper.water_model.baseline, paper.water_train.loss, paper.water_data.calendar,
