@@ -95,6 +95,13 @@ class RayHead:
     ``loopback`` (the default) every Ray service binds 127.0.0.1 (:data:`bouquet.processes.LOOPBACK_RAY`) and no
     other node can join; ``loopback=False`` is the head of a multi-node cluster, whose services Ray 2.55 binds
     on all interfaces (docs/DEPLOY.md, "Scale-out", for the firewall).
+
+    A loopback head lets the OS pick each worker's and driver's port (``--min-worker-port 0``).  ``ray start``
+    otherwise hands them out from 10002-19999 on its own, so two heads on one machine (two test workers, two
+    study drivers) hand out the same port, and the process that binds second dies at once (Ray's check
+    "Failed to start the grpc server", exit 1): a ``flwr-simulation`` process that died so was failed by
+    Flower 60 s later as "No heartbeat received from the task" (docs/RELIABILITY.md).  A multi-node head
+    keeps Ray's range, which a firewall can allow.
     """
 
     def __init__(self, log: Path, num_cpus: int | None = None, startup_seconds: float = 120,
@@ -104,6 +111,8 @@ class RayHead:
         command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address",
                    "127.0.0.1", "--port", str(self.port), "--num-cpus", str(num_cpus or os.cpu_count() or 1),
                    "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(self.temp_dir)]
+        if loopback:
+            command += ["--min-worker-port", "0", "--max-worker-port", "0"]
         self.process = start(command, Path(log), {**os.environ, **(LOOPBACK_RAY if loopback else {})})
         try:
             wait_until(lambda: bool(list(self.temp_dir.glob("session_*/logs/raylet.out"))), self.process, Path(log),

@@ -203,3 +203,14 @@ def test_a_runtime_with_a_state_database_runs_bouquets_superlink_and_is_seen_hea
         runtime.down()
     assert not pid_alive(state.superlink_pid, ("flower-superlink", "bouquet.superlink"))
     assert not pid_alive(state.ray_pid, "ray")
+
+
+def test_a_loopback_ray_heads_raylet_lets_the_os_pick_worker_and_driver_ports(warm_runtime):
+    """Two heads on one machine (two test workers) handed out the same port from Ray's default 10002-19999,
+    and a ``flwr-simulation`` driver that bound second died at once (docs/RELIABILITY.md): the raylet, which
+    hands the ports out, must have been given 0 (the OS picks a free port)."""
+    from bouquet.processes import command_line, descendants
+
+    raylets = [command_line(pid) for pid in descendants(warm_runtime.ray_pid) if "raylet" in command_line(pid)]
+    assert len(raylets) == 1
+    assert "--min_worker_port=0" in raylets[0] and "--max_worker_port=0" in raylets[0]
