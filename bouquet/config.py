@@ -553,6 +553,7 @@ class AppConfig:
         values = {**defaults, **preset, **given}
         _check_preset_applied(values, given)
         _drop_default_job_personalisation(values)
+        _drop_default_job_water_keys(values)
         by_section: dict[str, dict[str, Any]] = {s.name: {} for s in _SECTIONS}
         for key in KEYS:
             _set_nested(by_section[key.section], key.path, values[key.name])
@@ -629,7 +630,9 @@ def with_preset(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """``overrides`` over the file of the preset it names (``forecaster``), if it names one.
 
     What ``python -m bouquet.launch`` (and every run bouquet starts) sends to ``flwr run``: the preset's keys
-    with the ones given on top, so that a value given always wins, whatever it is.
+    with the ones given on top, so that a value given always wins, whatever it is.  A run config of another
+    task than water that names no preset gets ``paper``'s (the class defaults: 20 rounds, every node
+    evaluated), not the default job's, which are the water forecaster's.
 
     Raises
     ------
@@ -638,7 +641,9 @@ def with_preset(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """
     name = overrides.get("forecaster")
     if name is None:
-        return dict(overrides)
+        if overrides.get("task", "water") == "water":
+            return dict(overrides)
+        name = "paper"  # another task: the class defaults for the preset's keys it leaves out, not the water job's
     if name not in FORECASTERS:
         raise ConfigError(f"run-config 'forecaster': forecaster must be one of {', '.join(FORECASTERS)}, got {name!r}")
     return {"forecaster": name, **FORECASTERS[name], **overrides}
@@ -673,6 +678,21 @@ def _check_preset_applied(values: Mapping[str, Any], given: Mapping[str, Any]) -
             f"value ({', '.join(differ)}): flwr run takes a preset as its file, "
             f"--run-config bouquet/presets/{name}.toml (copy it to change a key); python -m bouquet.launch "
             f"--run-config 'forecaster=\"{name}\"' applies the file itself")
+
+
+def _drop_default_job_water_keys(values: dict[str, Any]) -> None:
+    """A task other than water over ``pyproject.toml`` alone (``flwr run . --run-config 'task="vision"'``):
+    every preset key still holds the default job's value, which is the water forecaster's, so each is set
+    back to its default, as ``paper`` holds them (20 rounds, every node evaluated; the water-only keys do
+    nothing for other tasks, and the checks would refuse them).  A run config that sets any of them otherwise keeps them all as given."""
+    if values["task"] == "water" or values["forecaster"] != DEFAULT_JOB:
+        return
+    job = FORECASTERS[DEFAULT_JOB]
+    if all(values[key] == value for key, value in job.items()):
+        log.info("task %r over the default job: the water forecaster's preset keys take their defaults "
+                 "(num-server-rounds %s, fraction-evaluate %s)", values["task"], _DEFAULTS["num-server-rounds"],
+                 _DEFAULTS["fraction-evaluate"])
+        values.update({key: _DEFAULTS[key] for key in job}, forecaster="paper")
 
 
 def _drop_default_job_personalisation(values: dict[str, Any]) -> None:

@@ -255,17 +255,18 @@ def preset_applied(run_config: str, folder: Path) -> str:
     """``run_config`` (a ``--run-config`` string, or the path of a TOML file) for ``flwr run``, with the file of
     the ``forecaster`` preset it names under it (:func:`bouquet.config.with_preset`): written to
     ``folder/run-config.toml``, whose path is returned.  Flower takes one TOML file or key-value strings, not
-    both, hence the one file.  A run config that names no preset is returned as it is."""
+    both, hence the one file.  A water run config that names no preset is returned as it is."""
     import tomllib
 
     from bouquet.config import with_preset
 
     is_file = run_config.endswith(".toml")
     overrides = tomllib.loads(Path(run_config).read_text()) if is_file else parse_overrides(run_config)
-    if "forecaster" not in overrides:
+    resolved = with_preset(overrides)
+    if resolved == overrides:
         return run_config
     target = Path(folder) / "run-config.toml"
-    target.write_text("".join(f"{key} = {toml_value(value)}\n" for key, value in with_preset(overrides).items()))
+    target.write_text("".join(f"{key} = {toml_value(value)}\n" for key, value in resolved.items()))
     return str(target)
 
 

@@ -39,7 +39,7 @@ def test_every_arm_and_attack_resolves_to_a_valid_app_config():
     import tomllib
 
     from bouquet.algorithms.attacks import ATTACKS
-    from bouquet.config import AppConfig
+    from bouquet.config import AppConfig, with_preset
 
     runner = RUNNER
     defaults = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
@@ -50,7 +50,7 @@ def test_every_arm_and_attack_resolves_to_a_valid_app_config():
         for arm in arms:
             for attack in (a for a in ATTACKS if a not in ("none", skip)):
                 job = runner.job(data, "quick", arm, attack, 0.3, 2, ROOT / "unused")
-                config = AppConfig.from_run_config({**defaults, **job.run_config})
+                config = AppConfig.from_run_config({**defaults, **with_preset(job.run_config)})
                 assert config.attack.attack == attack and config.sampling.seed == 2
 
 

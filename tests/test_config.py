@@ -235,3 +235,19 @@ def test_the_apps_sampling_asks_identities_and_waits_for_nodes_one_at_a_time():
         s = config.sampling
         assert (s.identify_nodes, s.min_evaluate_nodes, s.min_available_nodes, s.min_train_nodes) == (True, 1, 1, 2)
     assert AppConfig() == AppConfig.from_run_config({})
+
+
+def test_another_task_does_not_take_the_water_jobs_preset_keys():
+    """The default job's preset keys are the water forecaster's: a vision run started by bouquet gets the class
+    defaults for those it leaves out (as the SCKM studies always ran), a key it sets wins, and plain flwr run over
+    pyproject.toml with only the task changed runs the class defaults too, instead of failing on water keys."""
+    declared = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
+    vision = AppConfig.from_run_config({**declared, **with_preset({"task": "vision"})})
+    assert (vision.run.num_server_rounds, vision.sampling.fraction_evaluate, vision.fallback.rule) == (20, 1.0, "none")
+    assert vision == AppConfig.from_run_config({"task": "vision"})
+    longer = AppConfig.from_run_config({**declared, **with_preset({"task": "vision", "num-server-rounds": 50})})
+    assert longer.run.num_server_rounds == 50
+    with pytest.raises(ConfigError, match="'personalize-epochs'.*water task only"):  # asked for: refused
+        AppConfig.from_run_config({**declared, **with_preset({"task": "vision", "personalize-epochs": 5})})
+    plain = AppConfig.from_run_config({**declared, "task": "vision"})  # flwr run . --run-config 'task="vision"'
+    assert plain == vision

@@ -44,7 +44,7 @@ def test_smoke_run_on_rotated_digits_writes_every_figure_and_resumes(tmp_path, c
 def test_every_arm_and_benchmark_resolves_to_a_valid_app_config():
     import tomllib
 
-    from bouquet.config import AppConfig, ConfigError
+    from bouquet.config import AppConfig, ConfigError, with_preset
     from bouquet.launch import parse_overrides
 
     runner = RUNNER
@@ -56,15 +56,15 @@ def test_every_arm_and_benchmark_resolves_to_a_valid_app_config():
             job = runner.job(data, "quick", arm, 1, ROOT / "unused")
             if arm in WATER_ONLY_ARMS and data != "water-types":
                 with pytest.raises(ConfigError, match="'personalize-epochs'.*water task only"):
-                    AppConfig.from_run_config({**defaults, **job.run_config})
+                    AppConfig.from_run_config({**defaults, **with_preset(job.run_config)})
                 continue
-            config = AppConfig.from_run_config({**defaults, **job.run_config})
+            config = AppConfig.from_run_config({**defaults, **with_preset(job.run_config)})
             assert config.sampling.seed == 1 and job.folder.parts[-2:] == (arm, "seed-1")
             assert config.vision_data.seed == 1 and config.water_data.synthetic.seed == 1  # fresh data per seed
             assert job.supernodes == (60 if data == "water-types" else 20), (data, arm)
     for data in ("digits-rotate-8", "digits-permute-8"):  # the confirmatory study's eight-group benchmarks
         job = runner.job(data, "confirm", "hk-memory-features", 2, ROOT / "unused")
-        config = AppConfig.from_run_config({**defaults, **job.run_config, "clients-per-round": 20})
+        config = AppConfig.from_run_config({**defaults, **with_preset({**job.run_config, "clients-per-round": 20})})
         assert job.supernodes == 40 and config.vision_data.num_groups == 8 == config.ifca.k
         assert config.vision_data.validation_fraction == 0.2 and config.run.num_server_rounds == 50
     rotate = runner.job("digits-rotate", "quick", "ifca", 0, ROOT).run_config
