@@ -69,8 +69,8 @@ from bouquet.tasks.params import (
 )
 from bouquet.transport import TransportParams
 
-__all__ = ["DEFAULT_JOB", "DEPRECATED_KEYS", "FORECASTERS", "KEYS", "PRESETS_DIR", "STRATEGIES", "TASKS", "AppConfig", "ConfigError", "Key", "RunParams",
-           "StrategySpec"]
+__all__ = ["DEFAULT_JOB", "DEPRECATED_KEYS", "FORECASTERS", "KEYS", "PRESETS_DIR", "STRATEGIES", "TASKS", "AppConfig",
+           "ConfigError", "Key", "RunParams", "StrategySpec", "with_preset"]
 
 #: Use cases: household water forecasting (HK paper) or image classification (SCKM paper).
 TASKS = ("water", "vision")
@@ -684,7 +684,8 @@ def _drop_default_job_water_keys(values: dict[str, Any]) -> None:
     """A task other than water over ``pyproject.toml`` alone (``flwr run . --run-config 'task="vision"'``):
     every preset key still holds the default job's value, which is the water forecaster's, so each is set
     back to its default, as ``paper`` holds them (20 rounds, every node evaluated; the water-only keys do
-    nothing for other tasks, and the checks would refuse them).  A run config that sets any of them otherwise keeps them all as given."""
+    nothing for other tasks, and the checks would refuse them).  A run config that sets any of them otherwise
+    keeps them all as given."""
     if values["task"] == "water" or values["forecaster"] != DEFAULT_JOB:
         return
     job = FORECASTERS[DEFAULT_JOB]

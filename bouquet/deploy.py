@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bouquet.launch import preset_applied, staged_app
+from bouquet.launch import flwr_run_app
 from bouquet.processes import descendants, flower_bin, flwr, free_port, offline_env, start, stop, wait_until
 from bouquet.superlink import DEFAULT_BUSY_TIMEOUT_S, superlink_command
 
@@ -174,11 +174,9 @@ class Deployment:
 
     def run(self, app_dir: Path, run_config: str = "", timeout: float | None = 900,
             capture: bool = True) -> subprocess.CompletedProcess:
-        with staged_app(app_dir) as staged:  # the app's files only: see bouquet.launch.app_files
-            args = ["run", str(staged), self.connection, "--stream"]
-            if run_config:
-                args += ["--run-config", preset_applied(run_config, staged.parent)]
-            return self.flwr(*args, timeout=timeout, capture=capture)
+        """``flwr run`` of the app in ``app_dir`` on this deployment (the app's files only: see
+        :func:`bouquet.launch.app_files`)."""
+        return flwr_run_app(app_dir, self.connection, self.flwr_home, run_config, timeout=timeout, capture=capture)
 
 
 def start_supernode(deploy: Deployment, partition_id: int, data_path: Path | None = None,

@@ -89,6 +89,19 @@ def staged_app(app_dir: Path) -> Iterator[Path]:
         yield stage
 
 
+def flwr_run_app(app_dir: Path, connection: str, flwr_home: Path, run_config: str = "", federation_config: str = "",
+                 timeout: float | None = 600, capture: bool = True) -> subprocess.CompletedProcess:
+    """``flwr run <app_dir> <connection> --stream`` from :func:`staged_app`, with ``run_config`` as
+    :func:`preset_applied` makes it and ``federation_config`` if given (every ``flwr run`` bouquet starts)."""
+    with staged_app(app_dir) as staged:
+        args = ["run", str(staged), connection, "--stream"]
+        if run_config:
+            args += ["--run-config", preset_applied(run_config, staged.parent)]
+        if federation_config:
+            args += ["--federation-config", federation_config]
+        return flwr(args, flwr_home, timeout=timeout, capture=capture)
+
+
 @dataclass
 class LocalSuperLink:
     """A running SuperLink and the ``FLWR_HOME`` whose config names it ``connection``.
@@ -108,13 +121,8 @@ class LocalSuperLink:
 
         Output is captured (``capture=True``) or streamed to this terminal.
         """
-        with staged_app(app_dir) as staged:
-            args = ["run", str(staged), self.connection, "--stream"]
-            if run_config:
-                args += ["--run-config", preset_applied(run_config, staged.parent)]
-            if federation_config:
-                args += ["--federation-config", federation_config]
-            return flwr(args, self.flwr_home, timeout=timeout, capture=capture)
+        return flwr_run_app(app_dir, self.connection, self.flwr_home, run_config, federation_config,
+                            timeout=timeout, capture=capture)
 
     def run_statuses(self) -> str:
         """``flwr ls`` of this SuperLink (every run's status and, for a failed one, Flower's details, e.g. "No
