@@ -39,7 +39,8 @@ from bouquet.flower_logging import route_to_flower
 from bouquet.losses import register_loss_query
 from bouquet.node_identity import node_config_ints, partition_id, register_identity_query
 from bouquet.personal_state import PersonalRun, load_personal, save_personal
-from bouquet.sketching import SketchRequest, register_sketch_query, sketch_records
+from bouquet.queries import SketchRequest
+from bouquet.sketching import register_sketch_query, sketch_records
 from bouquet.tasks.base import Task, head_keys, task_loss
 from bouquet.tasks.vision import VisionTask
 from bouquet.tasks.water import WaterTask

@@ -33,8 +33,8 @@ from bouquet.launch import failed_runs, federation_config, pool_size, run_ids, r
 from bouquet.processes import check_ray_address
 from bouquet.results import RunFolder
 
-__all__ = ["Job", "arm_names", "layered_run_config", "load_layer", "load_profile", "naive_client_errors",
-           "naive_client_forecasts", "prepare_image_caches", "require_data_files", "resume_point", "run_jobs",
+__all__ = ["Job", "arm_names", "layered_run_config", "load_layer", "load_profile",
+           "prepare_image_caches", "require_data_files", "resume_point", "run_jobs",
            "study_parser", "toml_value"]
 
 
@@ -237,40 +237,3 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
                   flush=True)
     print(f"finished in {time.time() - started_all:.0f} s; {failures} failed", flush=True)
     return failures
-
-
-def naive_client_errors(run: RunFolder) -> list[dict[str, Any]]:
-    """Each finally evaluated client's held-out MAE (L/day) under each naive forecaster of a water run.
-
-    Rows ``{"partition-id", "forecaster", "mae"}``: from the ``naive-*`` columns of ``clients.csv`` (runs since
-    the clients report them), else recomputed on the same test windows from the run's own data config
-    (:func:`bouquet.tasks.water.naive_errors`).  Empty for image runs.
-    """
-    from bouquet.tasks.water import NAIVE_FORECASTS, naive_errors, naive_metric
-
-    config = run.app_config()
-    if config.run.task != "water":
-        return []
-    clients = run.table("clients")
-    columns = {naive_metric(name): name for name in NAIVE_FORECASTS if naive_metric(name) in clients.columns}
-    if columns:  # the clients reported them (the blend only with a validation split)
-        return [{"partition-id": int(row["partition-id"]), "forecaster": name, "mae": float(row[column])}
-                for _, row in clients.iterrows() for column, name in columns.items()]
-    from bouquet.data.water import load_pool
-
-    pool = load_pool(config.water_data)
-    return [{"partition-id": index, "forecaster": name, "mae": mae}
-            for index in sorted(int(p) for p in clients["partition-id"].unique())
-            for name, mae in naive_errors(pool.client(index, config.water_data)).items()]
-
-
-def naive_client_forecasts(run: RunFolder, partition_id: int, forecaster: str) -> dict[str, Any]:
-    """One client's test-day forecasts in litres by one naive forecaster: ``{"day": [...], "litres": [...]}``
-    (days as ``YYYY-MM-DD`` text, as in ``predictions.csv``), from the run's own data config."""
-    from bouquet.data.water import load_pool
-    from bouquet.tasks.water import naive_litres
-
-    config = run.app_config()
-    windows = load_pool(config.water_data).client(partition_id, config.water_data)
-    return {"day": windows.test_days.astype("datetime64[D]").astype(str).tolist(),
-            "litres": naive_litres(windows)[forecaster].tolist()}

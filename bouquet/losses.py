@@ -26,10 +26,9 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-__all__ = ["LOSSES_ACTION", "LossFn", "loss_reply", "register_loss_query"]
+from bouquet.queries import LOSSES_ACTION
 
-#: ``message_type`` of the query is ``f"query.{LOSSES_ACTION}"``.
-LOSSES_ACTION = "losses"
+__all__ = ["LOSSES_ACTION", "LossFn", "loss_reply", "register_loss_query"]
 
 LossFn = Callable[[Context, torch.nn.Module, int, np.random.Generator], tuple[float, int]]
 

@@ -10,7 +10,7 @@ best-naive MAE`` on the same days, the forecaster the summary names, chosen on v
 validation split), and the test days of three households (best, median and worst skill): actual use, the
 forecast the household is served, and its own baseline (the naive forecaster its validation days chose, the
 one the node falls back to; with ``fallback = "none"`` the summary's best naive forecaster, recomputed from
-the run's data config by :func:`bouquet.experiments.naive_client_forecasts`, where the server can read the
+the run's data config by :func:`naive_client_forecasts`, where the server can read the
 data).  Where the served forecast is not the model's alone, the model's forecast is drawn too.
 """
 
@@ -20,13 +20,14 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from bouquet.results import RunFolder
 
-__all__ = ["draw_report", "household_picks", "main", "skill_per_round"]
+__all__ = ["draw_report", "household_picks", "main", "naive_client_errors", "naive_client_forecasts", "skill_per_round"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,43 @@ def household_picks(clients: pd.DataFrame, naive_column: str) -> dict[str, int]:
     return {"best": int(ids[order[0]]), "median": int(ids[order[(len(order) - 1) // 2]]), "worst": int(ids[order[-1]])}
 
 
+def naive_client_errors(run: RunFolder) -> list[dict[str, Any]]:
+    """Each finally evaluated client's held-out MAE (L/day) under each naive forecaster of a water run.
+
+    Rows ``{"partition-id", "forecaster", "mae"}``: from the ``naive-*`` columns of ``clients.csv`` (runs since
+    the clients report them), else recomputed on the same test windows from the run's own data config
+    (:func:`bouquet.tasks.water.naive_errors`).  Empty for image runs.
+    """
+    from bouquet.tasks.water import NAIVE_FORECASTS, naive_errors, naive_metric
+
+    config = run.app_config()
+    if config.run.task != "water":
+        return []
+    clients = run.table("clients")
+    columns = {naive_metric(name): name for name in NAIVE_FORECASTS if naive_metric(name) in clients.columns}
+    if columns:  # the clients reported them (the blend only with a validation split)
+        return [{"partition-id": int(row["partition-id"]), "forecaster": name, "mae": float(row[column])}
+                for _, row in clients.iterrows() for column, name in columns.items()]
+    from bouquet.data.water import load_pool
+
+    pool = load_pool(config.water_data)
+    return [{"partition-id": index, "forecaster": name, "mae": mae}
+            for index in sorted(int(p) for p in clients["partition-id"].unique())
+            for name, mae in naive_errors(pool.client(index, config.water_data)).items()]
+
+
+def naive_client_forecasts(run: RunFolder, partition_id: int, forecaster: str) -> dict[str, Any]:
+    """One client's test-day forecasts in litres by one naive forecaster: ``{"day": [...], "litres": [...]}``
+    (days as ``YYYY-MM-DD`` text, as in ``predictions.csv``), from the run's own data config."""
+    from bouquet.data.water import load_pool
+    from bouquet.tasks.water import naive_litres
+
+    config = run.app_config()
+    windows = load_pool(config.water_data).client(partition_id, config.water_data)
+    return {"day": windows.test_days.astype("datetime64[D]").astype(str).tolist(),
+            "litres": naive_litres(windows)[forecaster].tolist()}
+
+
 def draw_report(folder: str | Path, out: str | Path | None = None) -> Path:
     """Draw ``report.png`` of the water run in ``folder`` (module docstring); returns the file written."""
     import matplotlib
@@ -71,7 +109,6 @@ def draw_report(folder: str | Path, out: str | Path | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bouquet.experiments import naive_client_forecasts
     from bouquet.tasks.water import naive_metric
 
     run = RunFolder(folder)

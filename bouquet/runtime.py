@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bouquet.local_link import start_superlink
 from bouquet.processes import LOOPBACK_RAY, command_line, free_port, port_open, start, wait_until
 
 __all__ = ["RayHead", "RuntimeState", "WarmRuntime", "default_runtime_dir", "stop_pid"]
@@ -209,10 +210,8 @@ class WarmRuntime:
         """Start the runtime unless a healthy one runs; returns its state and a line saying what happened.
 
         A stale one (a process gone) is cleaned away first, and the line says why.  The SuperLink keeps its
-        state in memory unless ``state_database`` (see :func:`bouquet.launch.start_superlink`).
+        state in memory unless ``state_database`` (see :func:`bouquet.local_link.start_superlink`).
         """
-        from bouquet.launch import start_superlink
-
         with self.locked():
             state = self._readable_state()
             note = ""

@@ -1,5 +1,5 @@
 """The bouquet ServerApp: it only wires.  The run config is read once; the strategy is built from its family
-(:mod:`bouquet.families`) and selection keys; the task's server half (:mod:`bouquet.tasks.server`) gives
+(:mod:`bouquet.families`) and selection keys; the task's server half (:mod:`bouquet.serving.task`) gives
 the initial model and central evaluation and writes the summary.  Each run writes
 ``<results-dir>/<run-name>/`` (:mod:`bouquet.results`): ``config.json``, ``rounds.jsonl``, the clients'
 tables, ``coalitions.csv`` and ``trajectories/``, ``selection.csv``, checkpoints, and what the task writes.
@@ -23,17 +23,18 @@ from bouquet.config import DEPRECATED_KEYS, AppConfig
 from bouquet.flower_logging import route_to_flower
 from bouquet.personal_state import PersonalRun
 from bouquet.results import RunRecorder
+from bouquet.serving.task import ServerTask
+from bouquet.serving.vision import VisionServer
+from bouquet.serving.water import WaterServer
+from bouquet.strategies.aggregation import TrajectoryWriter
 from bouquet.strategies.attacks import AttackHarness
 from bouquet.strategies.checkpoints import Checkpointing, restore
-from bouquet.strategies.hooks import CentralEvaluation, ConsoleLines, Hook, RecorderObserver, TrajectoryWriter
+from bouquet.strategies.hooks import CentralEvaluation, ConsoleLines, Hook, RecorderObserver
 from bouquet.strategies.sampling import Sampler, UniformSampler
 from bouquet.strategies.selection import SketchSelection
 from bouquet.strategies.server_opt import ServerOptimizer
 from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.strategies.update_selection import UpdateSelection
-from bouquet.tasks.server import ServerTask
-from bouquet.tasks.vision_server import VisionServer
-from bouquet.tasks.water_server import WaterServer
 from bouquet.transport import PollingTransport
 
 __all__ = ["app", "build_strategy", "server_task"]

@@ -28,40 +28,18 @@ Message layout (shared with :mod:`bouquet.strategies.selection`):
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from bouquet.queries import SKETCH_ACTION, SketchRequest
 from bouquet.tasks.vision import gradient_sketch
 
 __all__ = ["SKETCH_ACTION", "SketchRequest", "register_sketch_query", "sketch_records"]
 
-#: ``message_type`` of the query phase is ``f"query.{SKETCH_ACTION}"``.
-SKETCH_ACTION = "sketch"
-
 BatchFn = Callable[[Context, int, np.random.Generator], tuple[torch.Tensor, torch.Tensor]]
-
-
-class SketchRequest:
-    """The sketch parameters of a request's ConfigRecord (None when the message asks for no sketch)."""
-
-    def __init__(self, fraction: float, seed: list[int], batch_size: int) -> None:
-        self.fraction, self.seed, self.batch_size = fraction, seed, batch_size
-
-    @classmethod
-    def from_config(cls, config: ConfigRecord) -> SketchRequest | None:
-        if "sketch-seed" not in config:
-            return None
-        return cls(float(config["sketch-fraction"]), [int(s) for s in config["sketch-seed"]],
-                   int(config["sketch-batch-size"]))
-
-    def to_config(self) -> dict[str, Any]:
-        """ConfigRecord entries asking a client for this sketch."""
-        return {"sketch-fraction": self.fraction, "sketch-seed": list(self.seed),
-                "sketch-batch-size": self.batch_size}
 
 
 def sketch_records(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], request: SketchRequest,

@@ -87,7 +87,7 @@ def measure(name: str, strategy: BouquetStrategy, repeats: int) -> None:
         (Path(folder) / "rounds.jsonl").write_text("{}\n")
         for _ in range(repeats):
             started = time.perf_counter()
-            path = save_checkpoint(strategy, _empty_result(), folder, {"config": {}, "version": "bench"})
+            path = save_checkpoint(strategy.state(), _empty_result(), folder, {"config": {}, "version": "bench"})
             writes.append(time.perf_counter() - started)
             started = time.perf_counter()
             latest_checkpoint(folder)

@@ -146,7 +146,7 @@ def test_a_checkpoint_written_when_the_moments_stood_apart_still_resumes(tmp_pat
     first.aggregate_train_round(configured, [reply(m.metadata.dst_node_id, _record([0.1, 0.2, 0.3]), examples=10)
                                              for m in configured.messages])
     first.server_round = 1
-    new = read_checkpoint(save_checkpoint(first, Result(), tmp_path / "new", {}))
+    new = read_checkpoint(save_checkpoint(first.state(), Result(), tmp_path / "new", {}))
     moments = first.aggregator.state_dict()
     meta = {**new.meta, "state": {**new.meta["state"], "parts": {}}}  # the old layout: no parts, moments apart
     models = {**new.models, **{f"aggregator:{k}": dict(v) for k, v in moments.items()}}

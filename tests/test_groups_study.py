@@ -103,7 +103,7 @@ def test_a_vision_run_with_the_test_images_locked_scores_validation_only(run_app
 
 def test_central_evaluation_of_locked_test_images_is_refused():
     from bouquet.config import AppConfig
-    from bouquet.tasks.vision_server import VisionServer
+    from bouquet.serving.vision import VisionServer
 
     config = AppConfig.from_run_config({"task": "vision", "score-test": False, "validation-fraction": 0.2,
                                         "vision-evaluation": "central"})

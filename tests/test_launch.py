@@ -273,7 +273,7 @@ def test_flowers_heartbeat_thread_ends_at_the_first_http_500_which_is_why_local_
 
 
 def test_local_superlinks_keep_their_state_in_memory_unless_asked(tmp_path, monkeypatch):
-    from bouquet import launch
+    from bouquet import launch, local_link
 
     commands = []
 
@@ -281,7 +281,7 @@ def test_local_superlinks_keep_their_state_in_memory_unless_asked(tmp_path, monk
         commands.append(command)
         raise RuntimeError("not started in this test")
 
-    monkeypatch.setattr(launch, "start", fake_start)
+    monkeypatch.setattr(local_link, "start", fake_start)
     for database in (False, True):
         with pytest.raises(RuntimeError, match="not started"):
             launch.start_superlink(tmp_path / str(database), state_database=database)

@@ -42,3 +42,70 @@ def test_each_study_script_only_calls_its_module():
         assert defined == [], f"scripts/{name}.py defines {[ast.unparse(d)[:40] for d in defined]}"
         imports = [node for node in tree.body if isinstance(node, ast.ImportFrom)]
         assert [node.module for node in imports] == [f"bouquet.studies.{name}"]
+
+
+def _layers() -> list[list[str]]:
+    """The layers of pyproject.toml's import-linter contract, top to bottom, each a list of module names."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["id"] == "layers")["layers"]
+    return [[name.strip() for name in layer.split("|")] for layer in layers]
+
+
+def _lint(root: Path) -> tuple[int, str]:
+    """import-linter's contracts (pyproject.toml) on the package under ``root``, in a fresh interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from importlinter.cli import lint_imports; "
+            "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=root, env=env, capture_output=True,
+                          text=True,
+                          timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_every_module_of_the_package_has_a_layer():
+    """A new module must take its place in the layers (no module escapes the contract by being unlisted)."""
+    listed = [name for layer in _layers() for name in layer]
+    assert len(listed) == len(set(listed)), "a module is listed twice"
+    package = ROOT / "bouquet"
+    present = {f"bouquet.{p.stem}" for p in package.glob("*.py") if p.stem != "__init__"} | \
+              {f"bouquet.{p.parent.name}" for p in package.glob("*/__init__.py")}
+    assert set(listed) == present
+
+
+def test_imports_keep_the_layers_and_the_math_stays_pure():
+    """``lint-imports``: 0 imports up the layers (function-level imports count; ``TYPE_CHECKING`` ones are
+    annotations), the math imports no Flower / torch / Ray, the strategies no torch / Ray."""
+    code, output = _lint(ROOT)
+    assert code == 0, output
+    assert "3 kept, 0 broken" in output
+
+
+def test_an_import_up_the_layers_breaks_the_contract(tmp_path):
+    """The check can fail: the package with one function-level import of ``bouquet.config`` added to
+    ``bouquet.strategies.aggregation`` (strategies sit below config) breaks the layers contract."""
+    import shutil
+
+    shutil.copytree(ROOT / "bouquet", tmp_path / "bouquet", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / "bouquet" / "strategies" / "aggregation.py"
+    target.write_text(target.read_text() + "\n\ndef _upward():\n    from bouquet.config import AppConfig\n\n"
+                      "    return AppConfig\n")
+    code, output = _lint(tmp_path)
+    assert code != 0
+    assert "bouquet.strategies.aggregation -> bouquet.config" in output
+
+
+def test_architecture_lists_the_layers_the_check_keeps():
+    """docs/ARCHITECTURE.md's layer list is the contract's, line for line (the page cannot go stale)."""
+    import re
+
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    (block,) = re.findall(r"```layers\n(.*?)```", text, flags=re.S)
+    documented = [[name.strip() for name in line.split("|")] for line in block.strip().splitlines()]
+    assert documented == _layers()

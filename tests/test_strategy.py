@@ -367,8 +367,8 @@ def test_hooks_do_nothing_by_default_and_each_job_is_one_hook():
         def __init__(self):
             self.seen = []
 
-        def on_round_end(self, strategy, server_round, result):
-            self.seen.append((strategy.server_round, server_round, sorted(result.evaluate_metrics_serverapp)))
+        def on_round_end(self, server_round, state, result):
+            self.seen.append((state.server_round, server_round, sorted(result.evaluate_metrics_serverapp)))
 
     events, ends = ListHook(), RoundEnds()
     plain = Hook()

@@ -191,8 +191,8 @@ def test_the_strategy_its_queries_and_the_final_evaluation_send_through_its_tran
     from flwr.app import Array, ArrayRecord, MetricRecord
 
     from bouquet.algorithms.selection import SCKMSelectSelector
+    from bouquet.serving.task import evaluate_every_node
     from bouquet.strategies import BouquetStrategy, SamplingParams, SketchSelection
-    from bouquet.tasks.server import evaluate_every_node
     from bouquet.transport import FlowerTransport
     from tests.flower_fakes import FakeGrid, arrays
 

@@ -149,7 +149,7 @@ def test_naive_forecasts_on_validation_and_the_blend_only_with_a_split():
 
 
 def test_the_summary_chooses_the_best_naive_forecaster_on_validation():
-    from bouquet.tasks.water_server import naive_summary, naive_text
+    from bouquet.serving.water import naive_summary, naive_text
 
     rows = [  # two households; test and validation MAEs of two naive forecasters
         {"mae-litres": 9.0, "naive-window-median": 10.0, "naive-historic-average": 8.0,

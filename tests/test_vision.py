@@ -237,7 +237,7 @@ def test_sketch_is_the_gradient_at_the_shared_coordinates():
 
 def test_central_evaluation_scores_a_seeded_subset_of_the_test_set():
     from bouquet.config import AppConfig, ConfigError
-    from bouquet.tasks.vision_server import central_evaluation
+    from bouquet.serving.vision import central_evaluation
 
     data = load_images(VisionDataParams())
     full_config = AppConfig.from_run_config({"task": "vision"})
@@ -270,7 +270,7 @@ def test_vision_device_is_checked_and_a_missing_gpu_is_a_clear_error():
     if torch.cuda.is_available():
         assert torch_device("cuda:0") == torch.device("cuda:0")
     else:  # what CI and a CPU-only edge box see: the server refuses before any round
-        from bouquet.tasks.vision_server import central_evaluation  # imports Flower, which a GPU check may not have
+        from bouquet.serving.vision import central_evaluation  # imports Flower, which a GPU check may not have
 
         with pytest.raises(RuntimeError, match="vision-device='cuda'.*client-resources-num-gpus"):
             torch_device("cuda")

@@ -167,7 +167,7 @@ def test_the_node_naive_forecasters_read_the_household_series_through_the_scaler
 
 
 def test_the_summary_puts_the_naive_forecasters_beside_the_model():
-    from bouquet.tasks.water_server import naive_summary, naive_text
+    from bouquet.serving.water import naive_summary, naive_text
 
     rows = [{"mae-litres": 10.0, "naive-last-value": 12.0, "naive-window-average": 8.0},
             {"mae-litres": 20.0, "naive-last-value": 30.0, "naive-window-average": 25.0}]
@@ -364,7 +364,7 @@ def test_global_scaling_fits_one_scaler_on_every_households_training_days():
 def test_the_pool_line_says_what_the_filters_left_out():
     import pandas as pd
 
-    from bouquet.tasks.water_server import pool_text
+    from bouquet.serving.water import pool_text
 
     report = pd.DataFrame({"status": ["pool"] * 3 + ["inactive (mean 1 < 2)"] * 5 + ["short history (3 < 4)",
                                                                                      "too few windows (x)"]})

@@ -13,7 +13,7 @@ every client when nobody attacks).  Writes:
   rounds and seeds, in %), and for Krum, MultiKrum and Bulyan the share of the models they kept that came
   from attackers;
 * on water, the naive forecasters (``naive: <forecaster>``: every client of the first run, the same test
-  windows; :func:`bouquet.experiments.naive_client_errors`) as rows of the table;
+  windows; :func:`bouquet.report.naive_client_errors`) as rows of the table;
 * ``error_vs_fraction``: per attack, the error against the attacker fraction, one line per arm;
 * ``change_vs_fraction``: the same as the change against each arm's own no-attack error.
 """
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from bouquet.analysis import figures_folder
-from bouquet.experiments import naive_client_errors
+from bouquet.report import naive_client_errors
 from bouquet.results import find_runs, markdown_table
 
 #: The arm that drops the attackers' replies (``attack-oracle``): the floor a perfect defence reaches.

@@ -40,7 +40,7 @@ import pandas as pd
 
 from bouquet.algorithms.groups import stability
 from bouquet.analysis import figures_folder
-from bouquet.experiments import naive_client_errors
+from bouquet.report import naive_client_errors
 from bouquet.results import RunFolder, find_runs, markdown_table
 
 #: Rows of the naive forecasters are named ``naive: <forecaster>`` (water benchmarks only).
@@ -82,7 +82,7 @@ def naive_errors_frame(runs: dict[str, list[RunFolder]], clients: pd.Series) -> 
     """Water benchmarks: each evaluated client's held-out MAE under the naive forecasters (empty for images).
 
     The data are those of the first run (every arm of a study shares them); the same test windows as the
-    federated models' evaluation (:func:`bouquet.experiments.naive_client_errors`).
+    federated models' evaluation (:func:`bouquet.report.naive_client_errors`).
     """
     from bouquet.data.water import load_pool
 

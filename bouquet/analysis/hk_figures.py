@@ -16,7 +16,7 @@ Reads the run folders written by ``scripts/run_hk_experiments.py``
   over seeds) and mean +- std across seeds, and the final scaled MSE (mean over
   all clients, the final model evaluated on every node), per arm (Fig. 6 /
   Table 4), also as ``final_mae.md``, with the naive forecasters as rows (``naive: <forecaster>``, on the
-  same clients and test windows: :func:`bouquet.experiments.naive_client_errors`) and each row's skill
+  same clients and test windows: :func:`bouquet.report.naive_client_errors`) and each row's skill
   (1 - MAE / the best naive forecaster's MAE);
 * ``forecasts``: 60 test days of actual vs predicted daily litres for three
   households, every arm overlaid, seed 0 (Fig. 7), with the study's best naive forecaster dotted;
@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from bouquet.analysis import figures_folder
-from bouquet.experiments import naive_client_errors, naive_client_forecasts
+from bouquet.report import naive_client_errors, naive_client_forecasts
 from bouquet.results import RunFolder, find_runs
 
 Runs = dict[str, list[RunFolder]]

@@ -27,7 +27,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the names are, for readers and editors; at run time each loads on first use
-    from bouquet.strategies.aggregation import Coalitions, FixedKRule, HKRule, WeightedMean
+    from bouquet.strategies.aggregation import Coalitions, FixedKRule, HKRule, TrajectoryWriter, WeightedMean
     from bouquet.strategies.checkpoints import Checkpointing
     from bouquet.strategies.clustered import CFLClusters, ClusterMeans, IFCASampler, LocalModels
     from bouquet.strategies.entries import ProximalTerm
@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # what the names are, for readers and editors; at run time ea
         Hook,
         RecorderObserver,
         StopWhen,
-        TrajectoryWriter,
     )
     from bouquet.strategies.models import AssignedModels, SharedModel
     from bouquet.strategies.params import (
@@ -87,7 +86,7 @@ _EXPORTS = {
     "ifca_strategy": "wrappers", "cfl_strategy": "wrappers", "local_strategy": "wrappers",
     "robust_strategy": "wrappers",
     "ProximalTerm": "entries",
-    "Hook": "hooks", "ConsoleLines": "hooks", "RecorderObserver": "hooks", "TrajectoryWriter": "hooks",
+    "Hook": "hooks", "ConsoleLines": "hooks", "RecorderObserver": "hooks", "TrajectoryWriter": "aggregation",
     "CentralEvaluation": "hooks", "StopWhen": "hooks", "Checkpointing": "checkpoints",
     "ServerState": "state",
     "screen_replies": "replies",

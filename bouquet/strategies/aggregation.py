@@ -22,13 +22,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from bouquet.algorithms.coalitions_fixed_k import FixedKParams, fixed_k_coalitions
 from bouquet.algorithms.groups import agreement
-from bouquet.algorithms.hk import HKParams, gram_cosines, gram_matrix, hk_coalitions
+from bouquet.algorithms.hk import HKParams, gram_cosines, gram_matrix, hk_coalitions, opinion_trajectory_2d
 from bouquet.algorithms.memory import (
     MAJORITY,
     MemoryParams,
@@ -41,10 +42,12 @@ from bouquet.algorithms.memory import (
     together_evidence,
 )
 from bouquet.algorithms.robust import clip_updates, robust_coalition_weights
+from bouquet.strategies.hooks import Hook
 from bouquet.strategies.params import CoalitionParams
-from bouquet.strategies.rounds import Aggregate, ClientUpdates
+from bouquet.strategies.rounds import Aggregate, ClientUpdates, RoundEvent
 
-__all__ = ["Aggregator", "CoalitionRule", "Coalitions", "FixedKRule", "HKRule", "Partition", "WeightedMean"]
+__all__ = ["Aggregator", "AggregatorDefaults", "CoalitionRule", "Coalitions", "FixedKRule", "HKRule", "Partition", "TrajectoryWriter",
+           "WeightedMean"]
 
 log = logging.getLogger(__name__)
 
@@ -86,16 +89,38 @@ def _has_direction(matrix: np.ndarray, prefix: int = 1024) -> np.ndarray:
 
 
 class Aggregator(Protocol):
-    """Turns a round's updates into the next model (a part of :class:`bouquet.strategies.BouquetStrategy`)."""
+    """Turns a round's updates into the next model (a part of :class:`bouquet.strategies.BouquetStrategy`).
+
+    ``inner`` is the aggregator a wrapping part wraps (a server optimiser, an attack harness; None for the
+    innermost); ``state_dict`` / ``load_state_dict`` are what the part learns across rounds (empty for most).
+    :class:`AggregatorDefaults` gives the last three their do-nothing values.
+    """
 
     label: str
+    inner: Aggregator | None
 
     def aggregate(self, updates: ClientUpdates) -> Aggregate: ...
 
     def describe(self) -> list[str]: ...
 
+    def state_dict(self) -> dict[str, Any]: ...
 
-class WeightedMean:
+    def load_state_dict(self, state: dict[str, Any] | None) -> None: ...
+
+
+class AggregatorDefaults:
+    """The do-nothing half of the :class:`Aggregator` protocol: wraps no other aggregator, keeps no state."""
+
+    inner: Aggregator | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        return None
+
+
+class WeightedMean(AggregatorDefaults):
     """FedAvg (McMahan et al. 2017): the mean of the models weighted by ``num-examples``."""
 
     label = "weighted mean"
@@ -127,9 +152,17 @@ class Partition:
 
 
 class CoalitionRule(Protocol):
-    """Partitions the rows of an (S x d) opinion matrix into coalitions (ids 0..K-1)."""
+    """Partitions the rows of an (S x d) opinion matrix into coalitions (ids 0..K-1).
+
+    ``tau`` is the rule's own confidence bound (None: it has none, as fixed-K); ``tau_settable`` says whether
+    :meth:`with_tau` gives the same rule at another bound (what coalition memory's Otsu threshold needs).
+    """
 
     label: str
+    tau: float | None
+    tau_settable: bool
+
+    def with_tau(self, tau: float) -> CoalitionRule: ...
 
     def partition(self, opinions: np.ndarray, node_ids: tuple[int, ...], updates: ClientUpdates) -> Partition: ...
 
@@ -151,6 +184,9 @@ class HKRule:
         self.params = params if params is not None else HKParams()
         self.record_trajectories = record_trajectories
         self.label = f"HK {self.params.geometry} tau={self.params.tau}"
+        self.tau: float | None = self.params.tau
+
+    tau_settable = True
 
     def partition(self, opinions: np.ndarray, node_ids: tuple[int, ...], updates: ClientUpdates) -> Partition:
         result = hk_coalitions(opinions, self.params, record=self.record_trajectories)
@@ -182,6 +218,12 @@ class FixedKRule:
         self.params = params if params is not None else FixedKParams()
         self.label = f"fixed-K {self.params.geometry} K={int(self.params.k)}"
 
+    tau: float | None = None  # K coalitions, no confidence bound
+    tau_settable = False
+
+    def with_tau(self, tau: float) -> FixedKRule:
+        raise ValueError(f"{self.label} has no confidence bound to set")
+
     def partition(self, opinions: np.ndarray, node_ids: tuple[int, ...], updates: ClientUpdates) -> Partition:
         seed = int(np.random.default_rng([updates.seed, updates.server_round]).integers(2**31))
         return Partition(fixed_k_coalitions(opinions, int(self.params.k), self.params.geometry, seed=seed), {})
@@ -190,7 +232,7 @@ class FixedKRule:
         return f"K={int(self.params.k)}, {self.params.geometry}"
 
 
-class Coalitions:
+class Coalitions(AggregatorDefaults):
     """The uniform mean of coalition barycenters (HK paper eq. 15-16) under any :class:`CoalitionRule`.
 
     All-zero models are excluded with a warning naming the node (they have no direction, and no trained
@@ -228,9 +270,7 @@ class Coalitions:
         self.params = params if params is not None else CoalitionParams()
         self.memory = memory if memory is not None else MemoryParams()
         self.label = rule.label
-        conflict = self.memory.rule_conflict(rule.label, has_tau=getattr(getattr(rule, "params", None), "tau",
-                                                                         None) is not None,
-                                             sets_tau=hasattr(rule, "with_tau"))
+        conflict = self.memory.rule_conflict(rule.label, has_tau=rule.tau is not None, sets_tau=rule.tau_settable)
         if conflict:
             raise ValueError(conflict)
         if self.memory.active:
@@ -361,7 +401,7 @@ class Coalitions:
         opinions = self._opinions(matrix, layout, kept)
         state = self._state
         facts: dict[str, Any] = {}
-        rule_tau = getattr(getattr(self.rule, "params", None), "tau", None)  # fixed-K has none
+        rule_tau = self.rule.tau  # fixed-K has none
         if memory.evidence == "together":  # the rule's own coalitions this round, counted per pair
             direction = _has_direction(opinions)
             round_labels, this_round = self._rule_on(opinions, direction, kept)
@@ -444,3 +484,28 @@ class Coalitions:
         if p.min_coalition_fraction > 0:
             line += f", coalitions under {p.min_coalition_fraction:g} of the round left out of the shared model"
         return [line]
+
+
+class TrajectoryWriter(Hook):
+    """One ``round-NNN.npz`` per round in ``folder``: HK's opinions projected to 2-D per inner step.
+
+    Needs an HK aggregation that records trajectories (``CoalitionParams(record_trajectories=True)``);
+    each file holds ``projection`` (steps + 1, S, 2), ``labels`` and ``node_ids``.
+
+    Parameters
+    ----------
+    folder : str or Path
+        Created on the first trajectory.
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    def on_event(self, event: RoundEvent) -> None:
+        trajectory = event.artifacts.get("hk-trajectory")
+        if trajectory is None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        projection = opinion_trajectory_2d(trajectory["history"], trajectory["gram"], trajectory["params"])
+        np.savez(self.folder / f"round-{event.server_round:03d}.npz", projection=projection,
+                 labels=trajectory["labels"], node_ids=np.array(trajectory["node_ids"], dtype=np.uint64))

@@ -17,13 +17,13 @@ import dataclasses
 import numpy as np
 
 from bouquet.algorithms.attacks import SERVER_ATTACKS, AttackParams, alie, attacker_share, ipm
-from bouquet.strategies.aggregation import Aggregator
+from bouquet.strategies.aggregation import Aggregator, AggregatorDefaults
 from bouquet.strategies.rounds import Aggregate, ClientUpdates
 
 __all__ = ["AttackHarness"]
 
 
-class AttackHarness:
+class AttackHarness(AggregatorDefaults):
     """An aggregator that reports the round's attackers and, for ALIE / IPM, forges their models.
 
     Parameters

@@ -59,13 +59,14 @@ def _result_from_json(payload: Mapping[str, Any]) -> Result:
     return result
 
 
-def save_checkpoint(strategy: Any, result: Result, run_folder: str | Path, extra: Mapping[str, Any],
+def save_checkpoint(state: ServerState, result: Result, run_folder: str | Path, extra: Mapping[str, Any],
                     keep: int = 2) -> Path:
-    """Write the checkpoint of the strategy's last completed round into ``run_folder/checkpoints``.
+    """Write the checkpoint of a strategy's last completed round into ``run_folder/checkpoints``.
 
     Parameters
     ----------
-    strategy : BouquetStrategy
+    state : ServerState
+        The strategy's whole state after that round (``strategy.state()``).
     result : flwr.serverapp.strategy.Result
         The run's metrics until now.
     run_folder : str or Path
@@ -75,9 +76,9 @@ def save_checkpoint(strategy: Any, result: Result, run_folder: str | Path, extra
     keep : int, default 2
         Checkpoints to keep.
     """
-    state = strategy.state()
-    keys = {node: key for node, key in strategy.nodes.keys.items() if key is not None}
-    keyless = len(strategy.nodes.keys) - len(keys)
+    known = state.nodes.get("keys", {})  # NodeOrder's state: {node id (text): stable key or None}
+    keys = {int(node): key for node, key in known.items() if key is not None}
+    keyless = len(known) - len(keys)
     if keyless:  # (NodeOrder has warned that their sampling order is not reproducible either)
         log.warning("checkpoint: %d node(s) reported no stable identity in time; their state is saved under "
                     "today's node ids, which a restarted simulation does not keep", keyless)
@@ -159,6 +160,6 @@ class Checkpointing(Hook):
         self.params = params
         self.num_rounds = num_rounds
 
-    def on_round_end(self, strategy: Any, server_round: int, result: Result) -> None:
+    def on_round_end(self, server_round: int, state: ServerState, result: Result) -> None:
         if self.params.due(server_round, self.num_rounds):
-            save_checkpoint(strategy, result, self.run_folder, self.header, keep=self.params.keep)
+            save_checkpoint(state, result, self.run_folder, self.header, keep=self.params.keep)

@@ -39,8 +39,8 @@ from bouquet.algorithms.clustered import (
     perturbed,
 )
 from bouquet.algorithms.groups import agreement
-from bouquet.losses import LOSSES_ACTION
-from bouquet.strategies.aggregation import WeightedMean
+from bouquet.queries import LOSSES_ACTION
+from bouquet.strategies.aggregation import AggregatorDefaults, WeightedMean
 from bouquet.strategies.arrays import Model, to_numpy, to_record
 from bouquet.strategies.models import SHARED, AssignedModels
 from bouquet.strategies.params import SamplingParams, SelectionParams
@@ -189,7 +189,7 @@ def _means(updates: ClientUpdates, keys: list[str]) -> dict[str, Model]:
     return out
 
 
-class ClusterMeans:
+class ClusterMeans(AggregatorDefaults):
     """IFCA's aggregation: within each cluster, the sample-weighted mean of its clients' models.
 
     A cluster no client chose this round keeps its model (the store keeps it).  The shared model
@@ -215,7 +215,7 @@ class ClusterMeans:
         return ["Aggregation: IFCA, the sample-weighted mean within each cluster"]
 
 
-class CFLClusters:
+class CFLClusters(AggregatorDefaults):
     """CFL's aggregation: FedAvg within each cluster, and a split when the cluster has stalled.
 
     Within each cluster (the key of the model its clients were sent; at first every client is in the
@@ -272,7 +272,7 @@ class CFLClusters:
                 f"{p.warmup}, clusters of >= {p.min_size})")]
 
 
-class LocalModels:
+class LocalModels(AggregatorDefaults):
     """Local training: each client keeps the model it trained (no averaging; the shared model stays)."""
 
     label = "local"

@@ -7,8 +7,10 @@ and after each; :meth:`Hook.on_round_end` runs when every record of a round is w
 :meth:`Hook.should_stop` ends a run early.  The strategy takes its hooks once, when it is built
 (``BouquetStrategy(hooks=...)``); Flower's ``evaluate_fn`` argument of ``start`` becomes a
 :class:`CentralEvaluation` hook for that run.  Shipped: :class:`ConsoleLines`, :class:`RecorderObserver`,
-:class:`TrajectoryWriter`, :class:`CentralEvaluation`, :class:`StopWhen`, and
-:class:`bouquet.strategies.checkpoints.Checkpointing`.  Only ``evaluate`` and ``should_stop`` can change what
+:class:`CentralEvaluation`, :class:`StopWhen`, :class:`bouquet.strategies.checkpoints.Checkpointing` and
+HK's :class:`bouquet.strategies.aggregation.TrajectoryWriter`.  A hook sees what a round produced (its
+events, the shared model, the :class:`~bouquet.strategies.state.ServerState`, the ``Result``), never the
+strategy.  Only ``evaluate`` and ``should_stop`` can change what
 a run does.
 """
 
@@ -16,21 +18,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-import numpy as np
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.serverapp.strategy import Result
 
-from bouquet.algorithms.hk import opinion_trajectory_2d
 from bouquet.strategies.rounds import RoundEvent
+from bouquet.strategies.state import ServerState
 
-if TYPE_CHECKING:
-    from bouquet.strategies.strategy import BouquetStrategy
-
-__all__ = ["CentralEvaluation", "ConsoleLines", "Hook", "Recorder", "RecorderObserver", "StopWhen",
-           "TrajectoryWriter"]
+__all__ = ["CentralEvaluation", "ConsoleLines", "Hook", "Recorder", "RecorderObserver", "StopWhen"]
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +43,9 @@ class Hook:
         """Score the shared model on the server: round 0 (the initial model) and after each round."""
         return None
 
-    def on_round_end(self, strategy: BouquetStrategy, server_round: int, result: Result) -> None:
-        """A round is complete and every record of it written."""
+    def on_round_end(self, server_round: int, state: ServerState, result: Result) -> None:
+        """A round is complete and every record of it written: the strategy's whole state after it (what a
+        checkpoint saves) and the run's metrics until now."""
         return
 
     def should_stop(self, server_round: int, result: Result) -> bool:
@@ -117,28 +114,3 @@ class RecorderObserver(Hook):
         for table, rows in event.tables.items():
             self.recorder.append_rows(table, rows)
         self.recorder.log_round(event.server_round, event.phase, event.metrics)
-
-
-class TrajectoryWriter(Hook):
-    """One ``round-NNN.npz`` per round in ``folder``: HK's opinions projected to 2-D per inner step.
-
-    Needs an HK aggregation that records trajectories (``CoalitionParams(record_trajectories=True)``);
-    each file holds ``projection`` (steps + 1, S, 2), ``labels`` and ``node_ids``.
-
-    Parameters
-    ----------
-    folder : str or Path
-        Created on the first trajectory.
-    """
-
-    def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
-
-    def on_event(self, event: RoundEvent) -> None:
-        trajectory = event.artifacts.get("hk-trajectory")
-        if trajectory is None:
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        projection = opinion_trajectory_2d(trajectory["history"], trajectory["gram"], trajectory["params"])
-        np.savez(self.folder / f"round-{event.server_round:03d}.npz", projection=projection,
-                 labels=trajectory["labels"], node_ids=np.array(trajectory["node_ids"], dtype=np.uint64))

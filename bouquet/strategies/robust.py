@@ -24,6 +24,7 @@ from flwr.serverapp.strategy.multikrum import select_multikrum
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from bouquet.params import require
+from bouquet.strategies.aggregation import AggregatorDefaults
 from bouquet.strategies.arrays import to_numpy
 from bouquet.strategies.params import ROBUST_RULES, RobustRuleParams
 from bouquet.strategies.rounds import Aggregate, ClientUpdates
@@ -40,7 +41,7 @@ _NAMES = {"krum": "Krum", "multikrum": "MultiKrum", "bulyan": "Bulyan", "fedmedi
 _WEIGHT = "num-examples"
 
 
-class FlowerRobustRule:
+class FlowerRobustRule(AggregatorDefaults):
     """One of Flower's robust aggregation rules on the round's updates.
 
     Parameters

@@ -184,10 +184,28 @@ class Sampler(Protocol):
 
     def describe(self) -> list[str]: ...
 
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The per-round selection records (empty where the sampler keeps none)."""
+        ...
+
+    def assign_nodes(self, context: RoundContext, nodes: list[int]) -> dict[int, str] | None:
+        """The model key of each of ``nodes`` the sampler assigns itself (IFCA: by loss), or None when the
+        model store decides (the final evaluation asks)."""
+        ...
+
 
 class StatelessSampler:
     """The do-nothing half of the :class:`Sampler` protocol, for samplers that keep no state across rounds:
-    no train-config entries, nothing learnt from replies, nothing to save or restore."""
+    no train-config entries, nothing learnt from replies, nothing to save or restore, no selection records,
+    no assignment of their own."""
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        return []
+
+    def assign_nodes(self, context: RoundContext, nodes: list[int]) -> dict[int, str] | None:
+        return None
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         return {}

@@ -43,7 +43,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from bouquet.algorithms.selection import Candidates, Selector
-from bouquet.sketching import SKETCH_ACTION, SketchRequest
+from bouquet.queries import SKETCH_ACTION, SketchRequest
 from bouquet.strategies.params import SamplingParams, SelectionParams
 from bouquet.strategies.rounds import RoundContext, Sample
 from bouquet.strategies.sampling import UniformSampler, draw_nodes
@@ -101,6 +101,14 @@ class SketchSelection:
         self.selection = selection if selection is not None else SelectionParams()
         self.state = SelectionState(selector=selector.initial_state())
         self._uniform = UniformSampler(sampling)
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The per-round selection records (the selector's choice, its timings and sizes)."""
+        return self.state.history
+
+    def assign_nodes(self, context: RoundContext, nodes: list[int]) -> dict[int, str] | None:
+        return None  # the model store serves each node
 
     # ---------------------------------------------------------------- sampling
     def sample_train(self, context: RoundContext) -> Sample:

@@ -16,7 +16,7 @@ import logging
 import numpy as np
 
 from bouquet.algorithms.fedopt import ServerOptParams, fedopt_step
-from bouquet.strategies.aggregation import Aggregator
+from bouquet.strategies.aggregation import Aggregator, AggregatorDefaults
 from bouquet.strategies.models import SHARED
 from bouquet.strategies.rounds import Aggregate, ClientUpdates
 
@@ -25,7 +25,7 @@ __all__ = ["ServerOptimizer"]
 log = logging.getLogger(__name__)
 
 
-class ServerOptimizer:
+class ServerOptimizer(AggregatorDefaults):
     """``inner``'s aggregate, then a FedOpt step of the shared model.
 
     Parameters

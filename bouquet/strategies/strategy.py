@@ -120,13 +120,11 @@ class BouquetStrategy(Strategy):
     @property
     def history(self) -> list[dict[str, Any]]:
         """The sampler's per-round selection records (empty for uniform sampling)."""
-        state = getattr(self.sampler, "state", None)
-        return list(getattr(state, "history", []))
+        return list(self.sampler.history)
 
     def state(self) -> ServerState:
         """The whole server state after the last completed round."""
-        parts = {type(part).__name__: part.state_dict() for part in _aggregator_parts(self.aggregator)
-                 if hasattr(part, "state_dict")}  # only the parts with state of their own
+        parts = {type(part).__name__: part.state_dict() for part in _aggregator_parts(self.aggregator)}
         return ServerState(server_round=self.server_round, seed=self.seed, models=dict(self.models.state_records()),
                            store=self.models.state_dict(), nodes=self.nodes.state_dict(),
                            sampler=self.sampler.state_dict(),
@@ -140,8 +138,7 @@ class BouquetStrategy(Strategy):
         self.models.load_state(state.models, state.store)
         self.nodes.load_state_dict(state.nodes)
         self.sampler.load_state_dict(state.sampler)
-        parts = {type(part).__name__: part for part in _aggregator_parts(self.aggregator)
-                 if hasattr(part, "load_state_dict")}
+        parts = {type(part).__name__: part for part in _aggregator_parts(self.aggregator)}
         unknown = sorted(set(state.parts) - set(parts))
         if unknown:
             raise ValueError(f"the state holds the state of {', '.join(unknown)}, which this strategy's aggregator "
@@ -282,9 +279,9 @@ class BouquetStrategy(Strategy):
         A sampler that assigns nodes itself (IFCA: by loss) first assigns the nodes never assigned.
         """
         nodes = self.nodes.order(grid, grid.get_node_ids())
-        assign = getattr(self.sampler, "assign_nodes", None)
-        if assign is not None:
-            self.models.assign(assign(self._context(self.server_round, grid), nodes))
+        assignment = self.sampler.assign_nodes(self._context(self.server_round, grid), nodes)
+        if assignment is not None:
+            self.models.assign(assignment)
         return {node: (self.models.key_for(node), self.models.arrays_for(node)) for node in nodes}
 
     # ------------------------------------------------- Flower's hook methods
@@ -427,8 +424,9 @@ class BouquetStrategy(Strategy):
                 if res is not None:
                     result.evaluate_metrics_serverapp[server_round] = res
             self.server_round = server_round
+            state = self.state()
             for hook in hooks:
-                hook.on_round_end(self, server_round, result)
+                hook.on_round_end(server_round, state, result)
             stop = [hook.should_stop(server_round, result) for hook in hooks]  # every hook is asked
             if any(stop):
                 log.info("Stopping early after round %s", server_round)
@@ -443,6 +441,6 @@ class BouquetStrategy(Strategy):
 def _aggregator_parts(aggregator: Any) -> list[Any]:
     """The aggregator and the parts it wraps (``inner``: a server optimiser, an attack harness, ...)."""
     parts = [aggregator]
-    while getattr(parts[-1], "inner", None) is not None:
+    while parts[-1].inner is not None:
         parts.append(parts[-1].inner)
     return parts

@@ -19,7 +19,7 @@ import numpy as np
 
 from bouquet.algorithms.sckm import sketch_indices
 from bouquet.algorithms.selection import Candidates, Selector
-from bouquet.strategies.aggregation import Aggregator
+from bouquet.strategies.aggregation import Aggregator, AggregatorDefaults
 from bouquet.strategies.params import UPDATE_SELECTOR_NEEDS
 from bouquet.strategies.rounds import Aggregate, ClientUpdates
 
@@ -40,7 +40,7 @@ def update_sketches(updates: ClientUpdates, fraction: float) -> tuple[np.ndarray
     return deltas, [len(pick) for pick in picks]
 
 
-class UpdateSelection:
+class UpdateSelection(AggregatorDefaults):
     """An aggregator that lets ``selector`` choose which ``budget`` of the round's updates ``inner`` aggregates.
 
     Parameters

@@ -1,8 +1,8 @@
 """The server half that both tasks share: what a task's server side does, and the parts of its work that are
 the same for every task (the final evaluation on every node and the summary's common entries).
 
-A task's server half (:class:`ServerTask`; :class:`bouquet.tasks.water_server.WaterServer`,
-:class:`bouquet.tasks.vision_server.VisionServer`) gives the run its initial model and, where the task
+A task's server half (:class:`ServerTask`; :class:`bouquet.serving.water.WaterServer`,
+:class:`bouquet.serving.vision.VisionServer`) gives the run its initial model and, where the task
 has one, its central evaluation, and writes the run's summary after the rounds.  The ServerApp wires it
 to the strategy; the client side of each task is :class:`bouquet.tasks.base.Task`.
 """

@@ -24,8 +24,8 @@ from bouquet.data.water import load_pool
 from bouquet.personal_state import PersonalRun
 from bouquet.report import draw_report
 from bouquet.results import RunRecorder
+from bouquet.serving.task import attack_summary, final_clients, run_summary
 from bouquet.strategies.strategy import BouquetStrategy
-from bouquet.tasks.server import attack_summary, final_clients, run_summary
 from bouquet.tasks.water import NAIVE_FORECASTS, LSTMForecaster, naive_metric
 from bouquet.tuning import sample_std
 
@@ -138,7 +138,7 @@ def naive_text(summary: dict[str, Any]) -> str:
 
 
 class WaterServer:
-    """The water task's :class:`bouquet.tasks.server.ServerTask`."""
+    """The water task's :class:`bouquet.serving.task.ServerTask`."""
 
     def __init__(self, config: AppConfig) -> None:
         self.config = config

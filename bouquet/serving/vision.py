@@ -23,8 +23,8 @@ from bouquet.config import AppConfig
 from bouquet.data.images import load_images
 from bouquet.personal_state import PersonalRun
 from bouquet.results import RunRecorder
+from bouquet.serving.task import attack_summary, final_clients, run_summary
 from bouquet.strategies.strategy import BouquetStrategy
-from bouquet.tasks.server import attack_summary, final_clients, run_summary
 from bouquet.tasks.vision import accuracy, batch_indices, make_model, torch_device
 from bouquet.tuning import sample_std
 
@@ -58,7 +58,7 @@ def central_evaluation(config: AppConfig) -> tuple[ArrayRecord, Callable[[int, A
 
 
 class VisionServer:
-    """The vision task's :class:`bouquet.tasks.server.ServerTask`."""
+    """The vision task's :class:`bouquet.serving.task.ServerTask`."""
 
     def __init__(self, config: AppConfig) -> None:
         self.config = config
