@@ -45,7 +45,7 @@ from bouquet.tasks.base import Task, head_keys, task_loss
 from bouquet.tasks.vision import VisionTask
 from bouquet.tasks.water import WaterTask
 
-__all__ = ["app", "is_attacker", "node_task"]
+__all__ = ["app", "is_attacker", "node_task", "vision_task", "water_task"]
 
 route_to_flower()
 app = ClientApp()
@@ -71,9 +71,19 @@ _TASKS: OrderedDict[tuple, Task] = OrderedDict()
 
 
 def _build_task(config: AppConfig, context: Context) -> Task:
-    if config.run.task == "vision":
-        node, num_partitions = node_config_ints(context, "partition-id", "num-partitions")
-        return VisionTask.for_node(config.vision_data, config.vision_model, config.vision_train, node, num_partitions)
+    """The task's client half, from its row's ``node`` (:mod:`bouquet.tasks.registry`)."""
+    return config.task.node_half()(config, context)
+
+
+def vision_task(config: AppConfig, context: Context) -> Task:
+    """The vision task's client half: the node's image shard (``partition-id`` of ``num-partitions``)."""
+    node, num_partitions = node_config_ints(context, "partition-id", "num-partitions")
+    return VisionTask.for_node(config.vision_data, config.vision_model, config.vision_train, node, num_partitions)
+
+
+def water_task(config: AppConfig, context: Context) -> Task:
+    """The water task's client half: household ``partition-id`` of the pool, or the node's own meter file
+    (node config ``data-path``)."""
     data_path = context.node_config.get("data-path")
     perfedavg = config.perfedavg_settings() if config.family.meta_learning else None
     return WaterTask.for_node(config.water_data, config.water_model, config.water_train, perfedavg,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from bouquet.algorithms.attacks import AttackParams
+from bouquet.algorithms.attacks import DATA_ATTACKS, AttackParams
 from bouquet.algorithms.clustered import CFLParams, IFCAParams
 from bouquet.algorithms.coalitions_fixed_k import FixedKParams
 from bouquet.algorithms.fedopt import ServerOptParams
@@ -67,13 +67,11 @@ from bouquet.tasks.params import (
     VisionTrainParams,
     WaterTrainParams,
 )
+from bouquet.tasks.registry import TASKS, TaskKind, import_task_module, task_kind
 from bouquet.transport import TransportParams
 
 __all__ = ["DEFAULT_JOB", "DEPRECATED_KEYS", "FORECASTERS", "KEYS", "PRESETS_DIR", "STRATEGIES", "TASKS", "AppConfig",
-           "ConfigError", "Key", "RunParams", "StrategySpec", "with_preset"]
-
-#: Use cases: household water forecasting (HK paper) or image classification (SCKM paper).
-TASKS = ("water", "vision")
+           "ConfigError", "Key", "RunParams", "StrategySpec", "TaskKind", "with_preset"]
 
 #: Where the ``forecaster`` presets live: one run-config TOML file each, shipped with the app
 #: (``flwr run . --run-config bouquet/presets/paper.toml``).
@@ -117,7 +115,12 @@ class RunParams:
     ----------
     num_server_rounds : int, default 20
         T.
-    task : {"water", "vision"}, default "water"
+    task : str, default "water"
+        A row of :data:`bouquet.tasks.registry.TASKS`: ``water`` (household water forecasting, HK paper),
+        ``vision`` (image classification, SCKM paper), or one that ``task_module`` registers.
+    task_module : str, default ""
+        A module to import before the task is looked up, which registers a task of its own
+        (:func:`bouquet.tasks.registry.register_task`); the ServerApp and every ClientApp import it.
     strategy : str, default "hk-cosine"
         One of :data:`STRATEGIES` (how models are combined).
     selection : str, default "random"
@@ -140,6 +143,7 @@ class RunParams:
 
     num_server_rounds: int = 20
     task: str = "water"
+    task_module: str = ""
     strategy: str = "hk-cosine"
     selection: str = "random"
     results_dir: str = "results"
@@ -152,8 +156,8 @@ class RunParams:
     def __post_init__(self) -> None:
         if self.num_server_rounds < 1:
             raise ParamError("num_server_rounds", f"num-server-rounds must be >= 1, got {self.num_server_rounds}")
-        if self.task not in TASKS:
-            raise ParamError("task", f"task must be one of {TASKS}, got {self.task!r}")
+        import_task_module(self.task_module)
+        task_kind(self.task)
         object.__setattr__(self, "spec", StrategySpec.parse(self.strategy))
         if self.selection not in SELECTORS:
             raise ParamError("selection", f"unknown selection {self.selection!r}; choose one of {', '.join(SELECTORS)}")
@@ -398,8 +402,10 @@ class AppConfig:
         if family.geometry_section and getattr(self, family.geometry_section).geometry != spec.variant:
             raise ConfigError(f"{family.geometry_section} geometry "
                               f"{getattr(self, family.geometry_section).geometry!r} differs from strategy {spec.name!r}")
-        if self.run.task not in family.tasks:
-            raise ConfigError(f"{family.label} is implemented for the {' and '.join(family.tasks)} task only")
+        task = self.task
+        if family.meta_learning and not task.meta_learning:
+            raise ConfigError(f"{family.label} is not implemented for the {task.name} task (tasks with its client "
+                              f"step: {', '.join(t.name for t in TASKS.values() if t.meta_learning)})")
         coalitions = family_names(lambda f: f.coalitions)
         if self.store.coalition_models == "personal" and not (family.coalitions or family.clusters):
             raise ConfigError(f"run-config 'coalition-models': 'personal' serves each coalition its model, but "
@@ -424,10 +430,10 @@ class AppConfig:
             family.check(self)
         except FamilyError as error:
             raise ConfigError(str(error)) from error
-        data_attack = {"label-flip": "vision", "target-shift": "water"}.get(self.attack.attack)
-        if data_attack is not None and data_attack != self.run.task:
-            raise ConfigError(f"run-config 'attack': {self.attack.attack!r} poisons the {data_attack} task's data, "
-                              f"but task is {self.run.task!r}")
+        if self.attack.attack in DATA_ATTACKS and self.attack.attack not in task.data_attacks:
+            fits = [t.name for t in TASKS.values() if self.attack.attack in t.data_attacks]
+            raise ConfigError(f"run-config 'attack': {self.attack.attack!r} poisons the {' or '.join(fits)} task's "
+                              f"data, but task is {self.run.task!r}")
         if self.selection.sketch_source == "local-update":
             needs = [n for n in self.selector().needs if n not in UPDATE_SELECTOR_NEEDS]
             if needs:
@@ -463,8 +469,9 @@ class AppConfig:
         if self.fallback.rule != "none" and not data.has_validation:
             raise ConfigError(f"run-config 'fallback': {self.fallback.rule!r} chooses between the model and the "
                               f"household's baseline on its validation days; set {no_validation}")
-        if self.fallback.rule != "none" and self.run.task != "water":
-            raise ConfigError("run-config 'fallback': the fallback to a naive forecaster is the water task's")
+        if self.fallback.rule != "none" and not self.task.forecasting:
+            raise ConfigError(f"run-config 'fallback': the fallback to a naive forecaster is a forecasting task's, "
+                              f"and task {self.run.task!r} is not one")
         if self.personal.early_stop and not data.has_validation:
             raise ConfigError(f"run-config 'personalize-early-stop': it keeps the fine-tuning epoch with the lowest "
                               f"validation MAE; set {no_validation}")
@@ -473,8 +480,9 @@ class AppConfig:
             key = next(k for k, on in (("personalize-epochs", personal.epochs > 0),
                                        ("personal-layers", personal.layers != "none"),
                                        ("ditto-lambda", personal.ditto_lambda > 0)) if on)
-            if self.run.task != "water":
-                raise ConfigError(f"run-config {key!r}: personalisation is implemented for the water task only")
+            if not self.task.personal_state:
+                raise ConfigError(f"run-config {key!r}: personalisation is not implemented for the {self.run.task} "
+                                  f"task (tasks with it: {', '.join(t.name for t in TASKS.values() if t.personal_state)})")
             if self.family.meta_learning:
                 raise ConfigError(f"run-config {key!r}: {self.family.label} personalises the served model itself; "
                                   f"do not combine it with bouquet's personalisation")
@@ -489,6 +497,11 @@ class AppConfig:
     def spec(self) -> StrategySpec:
         """The parsed ``strategy``."""
         return self.run.spec
+
+    @property
+    def task(self) -> TaskKind:
+        """The task's row: its halves, sections and traits (:mod:`bouquet.tasks.registry`)."""
+        return task_kind(self.run.task)
 
     @property
     def family(self) -> Family:
@@ -549,7 +562,7 @@ class AppConfig:
                 raise ConfigError(f"unknown run-config key {key!r}; known keys: {', '.join(_BY_NAME)}")
             given[key] = _coerce(key, value, type(defaults[key]))
         preset = _preset(given.get("forecaster", defaults["forecaster"]), given) \
-            if given.get("task", defaults["task"]) == "water" else {}  # a water forecaster: nothing to set for images
+            if _forecasting({**defaults, **given}) else {}  # a forecaster preset: nothing to set for images
         values = {**defaults, **preset, **given}
         _check_preset_applied(values, given)
         _drop_default_job_personalisation(values)
@@ -641,7 +654,7 @@ def with_preset(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """
     name = overrides.get("forecaster")
     if name is None:
-        if overrides.get("task", "water") == "water":
+        if _forecasting(overrides):
             return dict(overrides)
         name = "paper"  # another task: the class defaults for the preset's keys it leaves out, not the water job's
     if name not in FORECASTERS:
@@ -659,6 +672,17 @@ def _preset(name: Any, given: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in preset.items() if key not in given}
 
 
+def _forecasting(values: Mapping[str, Any]) -> bool:
+    """Whether the run config's task (the default job's where it names none) is a forecasting one, whose
+    ``forecaster`` presets apply.  An unknown task is left to :class:`RunParams` (not a forecasting one here)."""
+    try:
+        import_task_module(str(values.get("task-module", "")))
+    except ParamError as error:
+        raise ConfigError(f"run-config 'task-module': {error}") from error
+    kind = TASKS.get(values.get("task", _DEFAULTS["task"]))
+    return kind is not None and kind.forecasting
+
+
 def _meta_learning(strategy: Any) -> bool:
     return strategy in STRATEGIES and StrategySpec.parse(strategy).kind.meta_learning
 
@@ -668,7 +692,7 @@ def _check_preset_applied(values: Mapping[str, Any], given: Mapping[str, Any]) -
     every key where the two differ: ``forecaster = "paper"`` given to ``flwr run`` alone, over the app's
     ``pyproject.toml``.  Running it would run the default job under the preset's name."""
     name = values["forecaster"]
-    if name == DEFAULT_JOB or name not in FORECASTERS or values["task"] != "water":
+    if name == DEFAULT_JOB or name not in FORECASTERS or not _forecasting(values):
         return
     preset, job = FORECASTERS[name], FORECASTERS[DEFAULT_JOB]
     differ = [key for key in preset if preset[key] != job[key]]
@@ -686,7 +710,7 @@ def _drop_default_job_water_keys(values: dict[str, Any]) -> None:
     back to its default, as ``paper`` holds them (20 rounds, every node evaluated; the water-only keys do
     nothing for other tasks, and the checks would refuse them).  A run config that sets any of them otherwise
     keeps them all as given."""
-    if values["task"] == "water" or values["forecaster"] != DEFAULT_JOB:
+    if _forecasting(values) or values["forecaster"] != DEFAULT_JOB:
         return
     job = FORECASTERS[DEFAULT_JOB]
     if all(values[key] == value for key, value in job.items()):

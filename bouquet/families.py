@@ -109,9 +109,8 @@ class Family:
     robust : bool
         One of Flower's robust rules (the ``robust-*`` keys apply).
     meta_learning : bool
-        It personalises the served model on the clients itself (Per-FedAvg's client step).
-    tasks : tuple of str
-        The tasks it is implemented for.
+        It personalises the served model on the clients itself (Per-FedAvg's client step): it runs on the
+        tasks whose row has ``meta_learning`` (:mod:`bouquet.tasks.registry`).
     check, aggregator, models, sampler, train_entries, initial_models : callable
         Its own checks (raise :class:`FamilyError` naming the key) and its builders.
     """
@@ -128,7 +127,6 @@ class Family:
     draws_own_clients: bool = False
     robust: bool = False
     meta_learning: bool = False
-    tasks: tuple[str, ...] = ("water", "vision")
     check: Callable[[AppConfig], None] = _no_check
     aggregator: Callable[[AppConfig], Aggregator] = _weighted_mean
     models: Callable[[AppConfig, list[ArrayRecord] | None], ModelStore] = _shared_or_assigned
@@ -258,7 +256,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            exclusive_section=True, coalitions=True, opinions=True, aggregator=_hk_aggregator),
     Family("fixed-k", label="fixed-K", variants=FIXED_K_GEOMETRIES, geometry_section="fixed_k", coalitions=True,
            check=_fixed_k_check, aggregator=_fixed_k_aggregator),
-    Family("perfedavg", label="Per-FedAvg", variants=PERFEDAVG_VARIANTS, meta_learning=True, tasks=("water",)),
+    Family("perfedavg", label="Per-FedAvg", variants=PERFEDAVG_VARIANTS, meta_learning=True),
     Family("ifca", label="IFCA", clusters=True, draws_own_clients=True, check=_ifca_check,
            aggregator=_ifca_aggregator, models=_ifca_models, sampler=_ifca_sampler,
            initial_models=_ifca_initial_models),

@@ -96,21 +96,11 @@ def federation_config(supernodes: int, cpus_per_client: float = 1.0, gpus_per_cl
     return f"num-supernodes={supernodes} client-resources-num-cpus={cpus_per_client:g}{gpus}"
 
 
-#: SuperNodes of a vision run when none are given (the SCKM paper's 10-client setting).
-VISION_CLIENTS = 10
-
-
 def pool_size(app_dir: Path, run_config: str) -> int:
-    """Clients for the app's run config plus ``run_config`` overrides.
-
-    Water: the households of the federated pool.  Vision: :data:`VISION_CLIENTS`.
-    """
-    from bouquet.data.water import load_pool
-
+    """Clients for the app's run config plus ``run_config`` overrides: its task row's ``pool_size`` (water: the
+    households of the federated pool; vision: ten shards)."""
     config = app_config(app_dir, run_config)
-    if config.run.task == "vision":
-        return VISION_CLIENTS
-    return len(load_pool(config.water_data))
+    return int(config.task.clients()(config))
 
 
 def app_config(app_dir: Path, run_config: str) -> AppConfig:

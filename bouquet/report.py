@@ -75,7 +75,7 @@ def naive_client_errors(run: RunFolder) -> list[dict[str, Any]]:
     from bouquet.tasks.water import NAIVE_FORECASTS, naive_errors, naive_metric
 
     config = run.app_config()
-    if config.run.task != "water":
+    if not config.task.forecasting:
         return []
     clients = run.table("clients")
     columns = {naive_metric(name): name for name in NAIVE_FORECASTS if naive_metric(name) in clients.columns}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,6 @@ from bouquet.flower_logging import route_to_flower
 from bouquet.personal_state import PersonalRun
 from bouquet.results import RunRecorder
 from bouquet.serving.task import ServerTask
-from bouquet.serving.vision import VisionServer
-from bouquet.serving.water import WaterServer
 from bouquet.strategies.aggregation import TrajectoryWriter
 from bouquet.strategies.attacks import AttackHarness
 from bouquet.strategies.checkpoints import Checkpointing, restore
@@ -43,13 +41,10 @@ log = logging.getLogger(__name__)
 route_to_flower()
 app = ServerApp()
 
-#: Each task's server half (the client half: :func:`bouquet.client_app.node_task`).
-SERVER_TASKS: dict[str, Callable[[AppConfig], ServerTask]] = {"water": WaterServer, "vision": VisionServer}
-
-
 def server_task(config: AppConfig) -> ServerTask:
-    """The server half of the run config's task."""
-    return SERVER_TASKS[config.run.task](config)
+    """The server half of the run config's task (its row's ``server``; the client half:
+    :func:`bouquet.client_app.node_task`)."""
+    return config.task.server_half()(config)
 
 
 def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
@@ -60,8 +55,8 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
     recorded, ``trajectories/round-NNN.npz``.  ``cluster_models`` are IFCA's K initial models (default:
     the initial model perturbed K times); ``hooks`` follow the recording ones (central evaluation, checkpoints).
     """
-    # the vision task scores the global model centrally unless its clients evaluate
-    central_only = config.run.task == "vision" and config.central.mode == "central"
+    # a task that scores the shared model on the server (vision) leaves the clients' evaluation out, if asked
+    central_only = config.task.central_evaluation and config.central.mode == "central"
     sampling = dataclasses.replace(config.sampling, fraction_evaluate=0.0) if central_only else config.sampling
     by_updates = config.selection.sketch_source == "local-update"  # every candidate trains; selection filters
     family = config.family

@@ -247,7 +247,7 @@ def test_another_task_does_not_take_the_water_jobs_preset_keys():
     assert vision == AppConfig.from_run_config({"task": "vision"})
     longer = AppConfig.from_run_config({**declared, **with_preset({"task": "vision", "num-server-rounds": 50})})
     assert longer.run.num_server_rounds == 50
-    with pytest.raises(ConfigError, match="'personalize-epochs'.*water task only"):  # asked for: refused
+    with pytest.raises(ConfigError, match="'personalize-epochs'.*not implemented for the vision task"):  # asked for: refused
         AppConfig.from_run_config({**declared, **with_preset({"task": "vision", "personalize-epochs": 5})})
     plain = AppConfig.from_run_config({**declared, "task": "vision"})  # flwr run . --run-config 'task="vision"'
     assert plain == vision

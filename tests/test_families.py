@@ -41,8 +41,7 @@ def test_each_family_builds_its_parts(name):
     """Every strategy's aggregator, model store, sampler and train entries build from its run config."""
     from bouquet.strategies.models import AssignedModels
 
-    task = "vision" if "water" not in FAMILIES[StrategySpec.parse(name).family].tasks else "water"
-    config = AppConfig.from_run_config({"strategy": name, "task": task, "clients-per-round": 10})
+    config = AppConfig.from_run_config({"strategy": name, "task": "water", "clients-per-round": 10})
     family = config.family
     aggregator = family.aggregator(config)
     assert callable(aggregator.aggregate)
@@ -70,7 +69,7 @@ def test_the_personal_store_follows_the_coalition_models_key_for_coalition_famil
 def test_the_checks_read_the_families_traits():
     with pytest.raises(ConfigError, match=r"forms no coalitions \(use hk-\* or fixed-k-\*\)"):
         AppConfig.from_run_config({"strategy": "fedavg", "coalition-memory": True})
-    with pytest.raises(ConfigError, match="Per-FedAvg is implemented for the water task only"):
+    with pytest.raises(ConfigError, match="Per-FedAvg is not implemented for the vision task"):
         AppConfig.from_run_config({"strategy": "perfedavg-fo", "task": "vision"})
     with pytest.raises(ConfigError, match="IFCA draws its clients itself"):
         AppConfig.from_run_config({"strategy": "ifca", "selection": "sckm-select", "clients-per-round": 10})

@@ -55,7 +55,7 @@ def test_every_arm_and_benchmark_resolves_to_a_valid_app_config():
         for arm in arms:
             job = runner.job(data, "quick", arm, 1, ROOT / "unused")
             if arm in WATER_ONLY_ARMS and data != "water-types":
-                with pytest.raises(ConfigError, match="'personalize-epochs'.*water task only"):
+                with pytest.raises(ConfigError, match="'personalize-epochs'.*not implemented for the vision task"):
                     AppConfig.from_run_config({**defaults, **with_preset(job.run_config)})
                 continue
             config = AppConfig.from_run_config({**defaults, **with_preset(job.run_config)})

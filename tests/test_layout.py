@@ -106,6 +106,6 @@ def test_architecture_lists_the_layers_the_check_keeps():
     import re
 
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
-    (block,) = re.findall(r"```layers\n(.*?)```", text, flags=re.S)
+    (block,) = re.findall(r"```layers\n(.*?)```", text, flags=re.DOTALL)
     documented = [[name.strip() for name in line.split("|")] for line in block.strip().splitlines()]
     assert documented == _layers()

@@ -173,7 +173,7 @@ def test_stateful_personalisation_needs_the_run_named_by_the_server(tmp_path):
     ({"personalize-epochs": -1}, "personalize-epochs must be >= 0"),
     ({"personalize-learning-rate": 0.0}, "personalize-learning-rate must be > 0"),
     ({"ditto-lambda": 0.5, "personal-layers": "head"}, "choose one"),
-    ({"personalize-epochs": 2, "task": "vision"}, "'personalize-epochs': personalisation is implemented for the water"),
+    ({"personalize-epochs": 2, "task": "vision"}, "'personalize-epochs': personalisation is not implemented for the vision task"),
     ({"ditto-lambda": 1.0, "strategy": "perfedavg-fo"}, "'ditto-lambda': Per-FedAvg personalises"),
     ({"personal-layers": "head", "strategy": "local"}, "'personal-layers': with strategy 'local'"),
     ({"server-optimizer": "adam", "strategy": "ifca"}, "'server-optimizer': it steps the shared model"),

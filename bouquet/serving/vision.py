@@ -28,7 +28,10 @@ from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.tasks.vision import accuracy, batch_indices, make_model, torch_device
 from bouquet.tuning import sample_std
 
-__all__ = ["VisionServer", "central_evaluation"]
+__all__ = ["CLIENTS", "VisionServer", "central_evaluation", "pool_size"]
+
+#: Clients of a vision simulation (the SCKM paper's 10-client setting; ``bouquet.launch`` starts as many).
+CLIENTS = 10
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,11 @@ def central_evaluation(config: AppConfig) -> tuple[ArrayRecord, Callable[[int, A
     return initial, evaluate
 
 
+def pool_size(config: AppConfig) -> int:
+    """The clients a vision simulation starts: :data:`CLIENTS`."""
+    return CLIENTS
+
+
 class VisionServer:
     """The vision task's :class:`bouquet.serving.task.ServerTask`."""
 
@@ -80,7 +88,7 @@ class VisionServer:
                checkpoint: Checkpoint | None, personal: PersonalRun | None, started: float) -> dict[str, Any]:
         config, run = self.config, self.config.run
         curve = {int(r): float(m["accuracy"]) for r, m in result.evaluate_metrics_serverapp.items()}
-        summary: dict[str, Any] = {"task": "vision", "strategy": run.strategy, "rounds": run.num_server_rounds,
+        summary: dict[str, Any] = {"task": run.task, "strategy": run.strategy, "rounds": run.num_server_rounds,
                                    "accuracy-per-round": [curve[r] for r in sorted(curve)],
                                    "final-accuracy": curve[max(curve)] if curve else None}
         if config.central.mode != "central":  # the clients score the models they are served

@@ -29,9 +29,14 @@ from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.tasks.water import NAIVE_FORECASTS, LSTMForecaster, naive_metric
 from bouquet.tuning import sample_std
 
-__all__ = ["WaterServer", "mase_summary", "naive_summary", "naive_text", "pool_text", "write_pool"]
+__all__ = ["WaterServer", "mase_summary", "naive_summary", "naive_text", "pool_size", "pool_text", "write_pool"]
 
 log = logging.getLogger(__name__)
+
+
+def pool_size(config: AppConfig) -> int:
+    """The clients a water simulation starts: the households of the federated pool."""
+    return len(load_pool(config.water_data))
 
 
 def write_pool(config: AppConfig, recorder: RunRecorder) -> None:
