@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import logging
+import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
@@ -114,7 +116,7 @@ class RunParams:
     Parameters
     ----------
     num_server_rounds : int, default 20
-        T.
+        T, the rounds the server runs.
     task : str, default "water"
         A row of :data:`bouquet.tasks.registry.TASKS`: ``water`` (household water forecasting, HK paper),
         ``vision`` (image classification, SCKM paper), or one that ``task_module`` registers.
@@ -126,6 +128,7 @@ class RunParams:
     selection : str, default "random"
         A name in :data:`bouquet.algorithms.selection.SELECTORS` (who trains; ``random``: seeded uniform).
     results_dir : str, default "results"
+        The folder each run writes its run folder into.
     run_name : str, default ""
         The run folder's name (default: date, time and strategy).
     round_timeout : float, default 3600
@@ -618,6 +621,67 @@ class AppConfig:
 _DEFAULTS = {name: _default(keys[0]) for name, keys in _BY_NAME.items()}
 
 
+def _field_docs(params: type) -> dict[str, tuple[str, str]]:
+    """Each field's type line and description in the numpydoc ``Parameters`` section of ``params``'s docstring
+    (the one place a params class says what a field does), by field name; ``a, b : type`` describes both."""
+    doc = inspect.getdoc(params) or ""
+    block = re.search(r"^Parameters\n-+\n(.*?)(?:\n\n[A-Z][a-z]+\n-+\n|\Z)", doc, flags=re.MULTILINE | re.DOTALL)
+    docs: dict[str, tuple[str, list[str]]] = {}
+    current: list[str] = []
+    for line in block.group(1).splitlines() if block else []:
+        head = re.match(r"^([A-Za-z_][\w, ]*?) : (.*)$", line)
+        if head:
+            current = [name.strip() for name in head.group(1).split(",")]
+            for name in current:
+                docs[name] = (head.group(2), [])
+        elif line.startswith("    "):
+            for name in current:
+                docs[name][1].append(line.strip())
+    return {name: (kind, " ".join(lines)) for name, (kind, lines) in docs.items()}
+
+
+def _markdown(text: str) -> str:
+    """reST markup (``x``, :func:`x`) as Markdown code."""
+    return re.sub(r":\w+:`~?([^`]+)`", r"`\1`", text).replace("``", "`")
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of a docstring entry (after a leading ``key-name``. that repeats the key)."""
+    text = re.sub(r"^``[a-z0-9-]+``[.:]\s*", "", text)
+    match = re.match(r"(.+?\.)(\s+[A-Z`]|$)", text)
+    return _markdown(match.group(1) if match else text)
+
+
+def key_reference() -> list[tuple[str, Any, str, str]]:
+    """Every run-config key with the default job's value (what ``flwr run .`` runs: ``pyproject.toml``), its
+    values (the type line of its field in its params class's docstring, without the default) and the first
+    sentence of the field's description there, in declaration order (section by section).  docs/USAGE.md's
+    key table is :func:`key_table` of it."""
+    job = AppConfig.from_run_config({"forecaster": DEFAULT_JOB}).to_run_config()
+    rows = []
+    for name, keys in _BY_NAME.items():
+        key = keys[0]
+        params: type = _SECTION[key.section].params
+        for part in key.path[:-1]:
+            params = type(getattr(params(), part))
+        kind, text = _field_docs(params).get(key.path[-1], ("", ""))
+        rows.append((name, job[name], _markdown(re.sub(r",? *default .*$", "", kind)), _first_sentence(text)))
+    return rows
+
+
+def key_table() -> str:
+    """:func:`key_reference` as the Markdown table docs/USAGE.md holds (``python -m bouquet.config``)."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| key | `flwr run .` | values | what it sets |", "|---|---|---|---|"]
+    for name, value, kind, text in key_reference():
+        shown = "true" if value is True else "false" if value is False else \
+            f'"{value}"' if isinstance(value, str) else repr(value)
+        lines.append(f"| `{name}` | `{cell(shown)}` | {cell(kind)} | {cell(text)} |")
+    return "\n".join(lines) + "\n"
+
+
 def renamed_keys(run_config: Mapping[str, Any]) -> dict[str, Any]:
     """``run_config`` with each deprecated key (:data:`DEPRECATED_KEYS`) under its new name, and a warning.
 
@@ -738,3 +802,7 @@ def _drop_default_job_personalisation(values: dict[str, Any]) -> None:
 @functools.lru_cache(maxsize=64)
 def _parse_cached(cls: type[AppConfig], frozen: tuple[tuple[str, Any], ...]) -> AppConfig:
     return cls._parse(dict(frozen))
+
+
+if __name__ == "__main__":  # python -m bouquet.config: the key table of docs/USAGE.md
+    print(key_table(), end="")

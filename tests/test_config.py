@@ -251,3 +251,21 @@ def test_another_task_does_not_take_the_water_jobs_preset_keys():
         AppConfig.from_run_config({**declared, **with_preset({"task": "vision", "personalize-epochs": 5})})
     plain = AppConfig.from_run_config({**declared, "task": "vision"})  # flwr run . --run-config 'task="vision"'
     assert plain == vision
+
+
+def test_usage_lists_every_key_as_the_params_classes_describe_it():
+    """docs/USAGE.md's key table is ``python -m bouquet.config`` (every key, its value in pyproject.toml, its
+    field's description in its params class); a key added without a description, or the page not
+    regenerated, fails here."""
+    import re
+
+    from bouquet.config import key_reference, key_table
+
+    rows = key_reference()
+    assert [row[0] for row in rows] == AppConfig.keys()
+    assert [row[0] for row in rows if not row[3]] == []  # every field is described in its params class
+    usage = (PYPROJECT.parent / "docs" / "USAGE.md").read_text()
+    (block,) = re.findall(r"<!-- key-table:begin -->\n(.*?)<!-- key-table:end -->", usage, flags=re.DOTALL)
+    assert block == key_table()
+    declared = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
+    assert {row[0]: row[1] for row in rows} == declared  # the table's values are pyproject.toml's

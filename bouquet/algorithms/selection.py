@@ -213,6 +213,14 @@ class SCKMSelectSelector(Selector):
 
     ``sign`` (``sckm-sign``, 1 or -1; default 1) is the sign the sketches are scored with; the paper does not
     say whether its top-B is on gradients (1) or on model deltas (-1), and eta(-G) = -eta(G).
+
+    Parameters
+    ----------
+    layer_combine : {"normalized", "mean", "concat", "classifier"}, default "normalized"
+        How the per-layer scores of eq. (8) combine into one
+        (:func:`bouquet.algorithms.sckm.layer_coordinate_weights`).
+    sign : {1, -1}, default 1
+        The sign the sketches are scored with (above).
     """
 
     layer_combine: str = DEFAULT_LAYER_COMBINE
@@ -244,6 +252,18 @@ class SCKMClusterSelector(Selector):
 
     ``sign`` as :class:`SCKMSelectSelector`'s.  Eq. (8) is odd, so ``sign = -1`` reverses the order of the
     pair scores too: the clusters change with it, not only the picks within them.
+
+    Parameters
+    ----------
+    layer_combine : {"normalized", "mean", "concat", "classifier"}, default "normalized"
+        As :class:`SCKMSelectSelector`'s (one key, ``sckm-layer-combine``, sets both).
+    sign : {1, -1}, default 1
+        As :class:`SCKMSelectSelector`'s.
+    min_clusters : int, default 1
+        The smallest number of clusters the elbow considers.
+    sample_size : int, default 1000
+        Above this many candidates, k-medoids runs on a seeded sample of this size and every other
+        candidate joins its nearest medoid.
     """
 
     layer_combine: str = DEFAULT_LAYER_COMBINE
@@ -272,7 +292,14 @@ class SCKMClusterSelector(Selector):
 
 @dataclass(frozen=True)
 class PowerOfChoiceSelector(Selector):
-    """Power-of-Choice: ``d`` by data size, then the highest-loss ``budget`` (``d`` < budget means d = budget)."""
+    """Power-of-Choice: ``d`` by data size, then the highest-loss ``budget`` (``d`` < budget means d = budget).
+
+    Parameters
+    ----------
+    d : int, default 0
+        Candidates drawn in proportion to their data size before the highest losses are kept (0, or any
+        value below the budget: the budget).
+    """
 
     d: int = 0
     name: ClassVar[str] = "power-of-choice"
@@ -303,7 +330,17 @@ def _full_support(p: np.ndarray | None, draws: int) -> np.ndarray | None:
 
 @dataclass(frozen=True)
 class AFLSelector(Selector):
-    """Active Federated Learning valuation sampling (Goetz et al. 2019)."""
+    """Active Federated Learning valuation sampling (Goetz et al. 2019).
+
+    Parameters
+    ----------
+    alpha1 : float, default 0.75
+        The fraction of candidates with the lowest valuation ``sqrt(n_k) * loss_k`` left out.
+    alpha2 : float, default 0.01
+        The softmax temperature of the draw: probability proportional to ``exp(alpha2 * v_k)``.
+    alpha3 : float, default 0.1
+        The fraction of the budget drawn uniformly from the candidates not yet drawn.
+    """
 
     alpha1: float = 0.75
     alpha2: float = 0.01
@@ -491,6 +528,7 @@ class FedCorSelector(Selector):
     history : int, default 20
         Loss-change vectors kept (the official ``--group_size``; its CIFAR command: 500).
     covariance : {"empirical", "gp"}, default "empirical"
+        The clients' loss-change covariance: shrunk empirical, or the official code's Gaussian process.
     dimension : int, default 15
         ``gp``: D, the clients' embedding dimension (the official ``--dimension``).
     gp_noise : float, default 0.01

@@ -63,12 +63,15 @@ class VisionDataParams:
     Parameters
     ----------
     dataset : {"digits", "imagefolder"}, default "digits"
+        scikit-learn's 8x8 digits (offline, small), or an ImageFolder tree such as CIFAR-10's JPEGs.
     path : str
         The ImageFolder folder or ``.tar.gz`` (``imagefolder``).
     partitioner : {"shards", "dirichlet", "iid"}, default "shards"
         Label-sorted shards (the SCKM paper), Dirichlet label proportions, or an IID split.
     shards_per_client : int, default 2
+        ``shards``: label-sorted shards each client holds (the SCKM paper: 2).
     dirichlet_alpha : float, default 0.5
+        ``dirichlet``: the concentration of each client's label proportions (smaller: less alike).
     seed : int, default 0
         Seeds the partition, the label permutations and the clients' test subsets.
     groups : {"none", "rotate", "permute"}, default "none"
@@ -78,6 +81,7 @@ class VisionDataParams:
         4-7 (the eight symmetries of the square: at most 8 groups), ``permute`` maps its labels through a
         seeded permutation per group (group 0 unchanged).
     num_groups : int, default 4
+        Known groups with ``groups`` other than ``none``.
     client_test_size : int, default 0
         Test images each client holds (a seeded subset of the test set, in its group's form) for
         evaluation on the clients; 0: none (the server scores models centrally).

@@ -69,6 +69,7 @@ class SyntheticParams:
     n_households : int, default 1099
         Population size (the Alicante release has 1,099 meters).
     seed : int, default 0
+        Seeds the synthetic households (``data-seed``).
     study_days : int, default 790
         Length of the study period in days (2014-01-01 onward).
     vacant_share : float, default 0.26

@@ -61,7 +61,9 @@ class LSTMParams:
     Parameters
     ----------
     hidden_size : int, default 32
+        The LSTM's hidden units (the paper: 32).
     num_layers : int, default 1
+        Stacked LSTM layers (the paper: 1).
     baseline : {"none", "window-mean", "window-median", "weekday-mean", "household"}, default "none"
         What the network's output is added to (``forecast-baseline``).  ``none`` is the paper's: the
         output is the forecast.  ``window-mean`` / ``window-median``: the output is the deviation from
@@ -95,7 +97,9 @@ class WaterTrainParams:
     epochs : int, default 5
         E, the local epochs per round.
     learning_rate : float, default 1e-3
+        Adam's step size (the paper: 1e-3).
     batch_size : int, default 32
+        Windows per mini-batch (the paper: 32).
     loss : {"mse", "l1", "huber"}, default "mse"
         The training loss on scaled targets (``forecast-loss``).  ``mse`` is the paper's; ``l1`` fits the
         conditional median, which is what the reported MAE rewards; ``huber`` is quadratic within
@@ -252,8 +256,11 @@ class VisionTrainParams:
     local_batches : int, default 10
         Mini-batches per round (the SCKM paper: a fixed number of local steps).
     batch_size : int, default 32
+        Images per mini-batch.
     learning_rate : float, default 0.1
+        SGD's step size.
     momentum : float, default 0.0
+        SGD's momentum.
     """
 
     local_batches: int = 10
