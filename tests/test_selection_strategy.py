@@ -217,3 +217,26 @@ def test_metrics_record_of_a_reply_with_a_sketch_is_still_one():
     # the sketch travels in a ConfigRecord, so Flower's one-MetricRecord rule holds for training replies
     msg = _train_reply(1, 1.0, [0.0] * 5)
     assert len(msg.content.metric_records) == 1 and isinstance(msg.content["metrics"], MetricRecord)
+
+
+def test_selection_goes_in_front_of_any_drop_in_and_keeps_the_rest_of_it():
+    """``selection_strategy(selector, SeededFedProx(...))``: the selector chooses, FedProx's proximal term, its
+    seed and evaluation settings stay; a drop-in that draws its own clients, or a setting given twice, is
+    refused."""
+    from bouquet.algorithms.clustered import IFCAParams
+    from bouquet.strategies import SeededFedProx, ifca_strategy
+
+    table, _ = _table()
+    fedprox = SeededFedProx(fraction_evaluate=0.5, proximal_mu=0.1, seed=7)
+    strategy = selection_strategy(SCKMClusterSelector(), fedprox, clients_per_round=3)
+    strategy.new_message = make_message
+    assert isinstance(strategy.sampler, SketchSelection) and strategy.aggregator is fedprox.aggregator
+    assert strategy.sampler.sampling.seed == 7 and strategy.sampler.sampling.fraction_evaluate == 0.5
+    plan = strategy.configure_train_round(1, ConfigRecord(), QueryGrid(table))
+    assert len(plan.node_ids) == 3 and set(plan.node_ids) == set(strategy.history[-1]["selected"])
+    assert all(m.content["config"]["proximal-mu"] == 0.1 for m in plan.messages)
+    with pytest.raises(ValueError, match="set seed on the SeededFedProx"):
+        selection_strategy(SCKMClusterSelector(), fedprox, clients_per_round=3, seed=1)
+    ifca = ifca_strategy(IFCAParams(k=2), SamplingParams(clients_per_round=4))
+    with pytest.raises(TypeError, match="chooses its clients itself"):
+        selection_strategy(SCKMClusterSelector(), ifca, clients_per_round=3)

@@ -17,7 +17,9 @@ The composing functions (:func:`selection_strategy`, :func:`ifca_strategy`, :fun
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
@@ -467,7 +469,7 @@ def _composed(sampler: Sampler, aggregator: Aggregator, keys: RecordParams,
                            evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
 
 
-def selection_strategy(selector: Selector, aggregator: Aggregator | None = None, *,
+def selection_strategy(selector: Selector, aggregator: Aggregator | BouquetStrategy | None = None, *,
                        clients_per_round: int, mode: str = SelectionParams.mode,
                        sketch_fraction: float = SelectionParams.sketch_fraction,
                        sketch_batch_size: int = SelectionParams.sketch_batch_size,
@@ -487,12 +489,19 @@ def selection_strategy(selector: Selector, aggregator: Aggregator | None = None,
     In place of FedAvg's ``fraction_train`` / ``min_train_nodes`` the selector picks ``clients_per_round``
     nodes; every other argument of Flower's FedAvg is taken.
 
+    ``aggregator`` may also be any drop-in built here (``SeededFedProx(...)``, ``HKFedAvg(...)``,
+    ``SeededKrum(...)``, ...): selection goes in front of it, and everything else of it is kept (its
+    aggregator, model store, train-config parts such as FedProx's ``proximal-mu``, record keys, metric
+    aggregation, hooks, transport, and its sampling settings but the number of clients).  Its settings are
+    then set on the drop-in: giving one of the sampling or record arguments here as well is refused.
+
     Parameters
     ----------
     selector : bouquet.algorithms.selection.Selector
         SCKM-Select, SCKM-Cluster, Power-of-Choice, AFL, FedCor, ...
-    aggregator : Aggregator, optional
-        E.g. ``Coalitions(HKRule(HKParams(tau=0.75)))``; default :class:`WeightedMean`.
+    aggregator : Aggregator or BouquetStrategy, optional
+        E.g. ``Coalitions(HKRule(HKParams(tau=0.75)))`` or ``SeededFedProx(proximal_mu=0.1)``; default
+        :class:`WeightedMean`.
     clients_per_round : int
         The budget B.
     mode, sketch_fraction, sketch_batch_size, candidates_per_round, query_timeout, max_sketch_age
@@ -501,15 +510,49 @@ def selection_strategy(selector: Selector, aggregator: Aggregator | None = None,
     weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn, recorder
         As in :class:`SeededFedAvg`.
     """
+    selection = SelectionParams(mode, sketch_fraction, sketch_batch_size, candidates_per_round, query_timeout,
+                                max_sketch_age)
+    if isinstance(aggregator, BouquetStrategy):
+        given = {name: value for name, value, default in (
+            ("fraction_evaluate", fraction_evaluate, _S.fraction_evaluate),
+            ("min_evaluate_nodes", min_evaluate_nodes, _S.min_evaluate_nodes),
+            ("min_available_nodes", min_available_nodes, _S.min_available_nodes), ("seed", seed, _S.seed),
+            ("node_wait_seconds", node_wait_seconds, _S.node_wait_seconds),
+            ("identify_nodes", identify_nodes, _S.identify_nodes),
+            ("weighted_by_key", weighted_by_key, _K.weighted_by_key),
+            ("arrayrecord_key", arrayrecord_key, _K.arrayrecord_key),
+            ("configrecord_key", configrecord_key, _K.configrecord_key),
+            ("train_metrics_aggr_fn", train_metrics_aggr_fn, None),
+            ("evaluate_metrics_aggr_fn", evaluate_metrics_aggr_fn, None), ("recorder", recorder, None))
+            if value != default}
+        return _selection_in_front(aggregator, selector, clients_per_round, selection, given)
     sampling = SamplingParams(clients_per_round=clients_per_round, fraction_evaluate=fraction_evaluate,
                               min_evaluate_nodes=min_evaluate_nodes, min_available_nodes=min_available_nodes,
                               seed=seed, node_wait_seconds=node_wait_seconds, identify_nodes=identify_nodes)
-    selection = SelectionParams(mode, sketch_fraction, sketch_batch_size, candidates_per_round, query_timeout,
-                                max_sketch_age)
     return _composed(SketchSelection(selector, sampling, selection),
                      aggregator if aggregator is not None else WeightedMean(),
                      RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
                      evaluate_metrics_aggr_fn, recorder)
+
+
+def _selection_in_front(strategy: BouquetStrategy, selector: Selector, budget: int, selection: SelectionParams,
+                        given: dict[str, Any]) -> BouquetStrategy:
+    """``strategy`` (a drop-in) with ``selector`` choosing ``budget`` of its clients; the rest of it kept."""
+    if given:
+        raise ValueError(f"selection_strategy in front of a {type(strategy).__name__}: set "
+                         f"{', '.join(sorted(given))} on the {type(strategy).__name__} (its settings are kept)")
+    if not isinstance(strategy.sampler, UniformSampler):
+        raise TypeError(f"selection_strategy: the {type(strategy).__name__} chooses its clients itself "
+                         f"({type(strategy.sampler).__name__}); selection goes in front of a strategy that draws "
+                         f"them uniformly")
+    sampling = dataclasses.replace(strategy.sampler.sampling, clients_per_round=budget)
+    return BouquetStrategy(sampler=SketchSelection(selector, sampling, selection), aggregator=strategy.aggregator,
+                           models=strategy.models, train_config=strategy.train_config, hooks=strategy.hooks,
+                           weighted_by_key=strategy.weighted_by_key, arrayrecord_key=strategy.arrayrecord_key,
+                           configrecord_key=strategy.configrecord_key,
+                           train_metrics_aggr_fn=strategy.train_metrics_aggr_fn,
+                           evaluate_metrics_aggr_fn=strategy.evaluate_metrics_aggr_fn,
+                           message_factory=strategy.new_message, transport=strategy.transport)
 
 
 def ifca_strategy(params: IFCAParams, sampling: SamplingParams, initial_models: list[ArrayRecord] | None = None,
