@@ -12,5 +12,5 @@ TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "$TORCH_SPEC" 2>&1 | grep -v "^WARNING: Location" || true
 fi
-.venv/bin/python -m pip install --quiet -e ".[test,forecasting]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install --quiet -e ".[app,test,forecasting]" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import bouquet, flwr, torch; print('bouquet', bouquet.__version__, '| flwr', flwr.__version__, '| torch', torch.__version__)"

@@ -109,3 +109,20 @@ def test_architecture_lists_the_layers_the_check_keeps():
     (block,) = re.findall(r"```layers\n(.*?)```", text, flags=re.DOTALL)
     documented = [[name.strip() for name in line.split("|")] for line in block.strip().splitlines()]
     assert documented == _layers()
+
+
+def test_the_strategies_install_without_torch_or_ray():
+    """``pip install bouquet-fl`` is the strategies alone (they import neither torch nor Ray: the import
+    contract above); the app's extra brings torch and Flower's simulation (Ray)."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(requirements):
+        return {re.split(r"[<>=\[ ;]", r, maxsplit=1)[0].lower() for r in requirements}
+
+    assert names(project["dependencies"]) == {"flwr", "numpy", "scikit-learn"}
+    assert not any("simulation" in r for r in project["dependencies"])
+    assert {"torch", "flwr", "pandas", "matplotlib"} <= names(project["optional-dependencies"]["app"])
+    assert any("flwr[simulation]" in r for r in project["optional-dependencies"]["app"])
