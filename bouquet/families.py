@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bouquet.algorithms.clustered import ifca_budget_problem
 from bouquet.algorithms.coalitions_fixed_k import FIXED_K_GEOMETRIES
 from bouquet.algorithms.hk import GEOMETRIES as HK_GEOMETRIES
 from bouquet.algorithms.hk import HKParams
@@ -59,9 +60,9 @@ def _weighted_mean(config: AppConfig) -> Aggregator:
 
 def _shared_or_assigned(config: AppConfig, cluster_models: list[ArrayRecord] | None) -> ModelStore:
     """One shared model, or each node the model of its coalition (``coalition-models = "personal"``)."""
-    from bouquet.strategies.models import AssignedModels, SharedModel
+    from bouquet.strategies.models import model_store
 
-    return AssignedModels() if config.store.coalition_models == "personal" else SharedModel()
+    return model_store(config.store)
 
 
 def _assigned(config: AppConfig, cluster_models: list[ArrayRecord] | None) -> ModelStore:
@@ -147,21 +148,15 @@ class Family:
 
 # ---------------------------------------------------------------- HK and fixed-K
 def _hk_aggregator(config: AppConfig) -> Aggregator:
-    from bouquet.strategies.aggregation import Coalitions, HKRule
+    from bouquet.strategies.aggregation import hk_aggregator
 
-    return Coalitions(HKRule(config.hk, config.coalitions.record_trajectories), config.coalitions, config.memory)
+    return hk_aggregator(config.hk, config.coalitions, config.memory)
 
 
 def _fixed_k_aggregator(config: AppConfig) -> Aggregator:
-    """fixed-K partitions the trained models (the paper's baseline): no opinion space, no opinion arrays."""
-    from bouquet.strategies.aggregation import Coalitions, FixedKRule
-    from bouquet.strategies.params import CoalitionParams
+    from bouquet.strategies.aggregation import fixed_k_aggregator
 
-    c = config.coalitions
-    return Coalitions(FixedKRule(config.fixed_k),
-                      CoalitionParams(barycenter_weighting=c.barycenter_weighting,
-                                      min_coalition_fraction=c.min_coalition_fraction,
-                                      update_norm_bound=c.update_norm_bound), config.memory)
+    return fixed_k_aggregator(config.fixed_k, config.coalitions, config.memory)
 
 
 def _fixed_k_check(config: AppConfig) -> None:
@@ -172,9 +167,9 @@ def _fixed_k_check(config: AppConfig) -> None:
 
 # ---------------------------------------------------------------- clustered
 def _ifca_check(config: AppConfig) -> None:
-    if config.ifca.k > config.sampling.clients_per_round:
-        raise FamilyError(f"run-config 'ifca-k': {config.ifca.k} clusters is more than the "
-                          f"{config.sampling.clients_per_round} clients per round (clients-per-round)")
+    problem = ifca_budget_problem(config.ifca.k, config.sampling.clients_per_round)
+    if problem:
+        raise FamilyError(f"run-config 'ifca-k': {problem} (clients-per-round)")
 
 
 def _ifca_sampler(config: AppConfig, sampling: SamplingParams) -> Sampler:

@@ -118,3 +118,26 @@ def test_the_strategies_package_names_each_lazy_export_for_readers():
     block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
     typed = {alias.name: node.module.rsplit(".", 1)[1] for node in block.body for alias in node.names}
     assert typed == package._EXPORTS and sorted(package.__all__) == sorted(package._EXPORTS)
+
+
+def test_the_app_and_the_drop_ins_build_the_same_parts():
+    """One composition path: the app's families and the drop-ins call the same builders, so the same settings
+    give the same aggregator and model store, and IFCA's budget check answers both."""
+    from bouquet.algorithms.clustered import IFCAParams
+    from bouquet.strategies import FixedKFedAvg, HKFedAvg, SamplingParams, ifca_strategy
+
+    app = AppConfig.from_run_config({"strategy": "hk-cosine", "hk-tau": 0.5, "hk-opinion-space": "updates",
+                                     "coalition-models": "personal", "coalition-min-fraction": 0.2,
+                                     "clients-per-round": 10})
+    dropin = HKFedAvg(tau=0.5, opinion_space="updates", coalition_models="personal", min_coalition_fraction=0.2)
+    built = app.family.aggregator(app)
+    assert built.describe() == dropin.aggregator.describe() and built.params == dropin.aggregator.params
+    assert type(app.family.models(app, None)) is type(dropin.models)
+    app = AppConfig.from_run_config({"strategy": "fixed-k-cosine", "fixed-k": 3, "hk-opinion-space": "updates",
+                                     "coalition-update-norm-bound": 2.0, "clients-per-round": 10})
+    dropin = FixedKFedAvg(k=3, geometry="cosine", update_norm_bound=2.0)
+    built = app.family.aggregator(app)
+    assert built.describe() == dropin.aggregator.describe() and built.params == dropin.aggregator.params
+    assert built.params.opinion_space == "weights"  # fixed-K partitions the models, whatever the app's key says
+    with pytest.raises(ValueError, match="IFCA: 5 clusters is more than the 4 clients per round"):
+        ifca_strategy(IFCAParams(k=5), SamplingParams(clients_per_round=4))

@@ -29,7 +29,7 @@ import numpy as np
 from bouquet.params import require
 
 __all__ = ["CFLParams", "IFCAParams", "cfl_bipartition", "cfl_bipartition_exact", "cfl_split_criterion",
-           "cosine_similarities", "ifca_assign", "perturbed"]
+           "cosine_similarities", "ifca_assign", "ifca_budget_problem", "perturbed"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,14 @@ class IFCAParams:
                 f"ifca-k must be a positive integer, got {self.k}")
         require(self.init_scale >= 0, "init_scale", f"ifca-init-scale must be >= 0, got {self.init_scale}")
         require(self.loss_examples >= 1, "loss_examples", f"ifca-loss-examples must be >= 1, got {self.loss_examples}")
+
+
+def ifca_budget_problem(k: int, clients_per_round: int | None) -> str | None:
+    """Why IFCA's ``k`` clusters cannot run with ``clients_per_round`` clients a round (each round must be able to
+    reach every cluster), or None."""
+    if clients_per_round is not None and k > clients_per_round:
+        return f"{k} clusters is more than the {clients_per_round} clients per round"
+    return None
 
 
 @dataclass(frozen=True)

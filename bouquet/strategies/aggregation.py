@@ -46,8 +46,8 @@ from bouquet.strategies.hooks import Hook
 from bouquet.strategies.params import CoalitionParams
 from bouquet.strategies.rounds import Aggregate, ClientUpdates, RoundEvent
 
-__all__ = ["Aggregator", "AggregatorDefaults", "CoalitionRule", "Coalitions", "FixedKRule", "HKRule", "Partition", "TrajectoryWriter",
-           "WeightedMean"]
+__all__ = ["Aggregator", "AggregatorDefaults", "CoalitionRule", "Coalitions", "FixedKRule", "HKRule", "Partition",
+           "TrajectoryWriter", "WeightedMean", "fixed_k_aggregator", "hk_aggregator"]
 
 log = logging.getLogger(__name__)
 
@@ -484,6 +484,24 @@ class Coalitions(AggregatorDefaults):
         if p.min_coalition_fraction > 0:
             line += f", coalitions under {p.min_coalition_fraction:g} of the round left out of the shared model"
         return [line]
+
+
+def hk_aggregator(hk: HKParams, coalitions: CoalitionParams, memory: MemoryParams | None = None) -> Coalitions:
+    """HK coalitions (eq. 10-16) as the app's ``hk-*`` strategies and :class:`~bouquet.strategies.HKFedAvg` build
+    them: the rule records trajectories when ``coalitions.record_trajectories``."""
+    return Coalitions(HKRule(hk, coalitions.record_trajectories), coalitions, memory)
+
+
+def fixed_k_aggregator(fixed_k: FixedKParams, coalitions: CoalitionParams,
+                       memory: MemoryParams | None = None) -> Coalitions:
+    """Fixed-K coalitions (the HK paper's baseline) as the app's ``fixed-k-*`` strategies and
+    :class:`~bouquet.strategies.FixedKFedAvg` build them: k-means partitions the trained models, so of the
+    coalition options only the barycenter weighting and the robust ones apply (no opinion space, no opinion
+    arrays, no trajectories)."""
+    kept = CoalitionParams(barycenter_weighting=coalitions.barycenter_weighting,
+                           min_coalition_fraction=coalitions.min_coalition_fraction,
+                           update_norm_bound=coalitions.update_norm_bound)
+    return Coalitions(FixedKRule(fixed_k), kept, memory)
 
 
 class TrajectoryWriter(Hook):

@@ -14,9 +14,10 @@ from typing import Any, Protocol
 from flwr.app import ArrayRecord
 
 from bouquet.strategies.arrays import to_record
+from bouquet.strategies.params import ModelStoreParams
 from bouquet.strategies.rounds import Aggregate
 
-__all__ = ["SHARED", "AssignedModels", "ModelStore", "SharedModel"]
+__all__ = ["SHARED", "AssignedModels", "ModelStore", "SharedModel", "model_store"]
 
 #: The store key of the shared model.
 SHARED = "shared"
@@ -189,3 +190,8 @@ class AssignedModels:
                 "unassigned nodes the shared model")
         return [line]
 
+
+def model_store(params: ModelStoreParams) -> SharedModel | AssignedModels:
+    """The store ``coalition_models`` asks for: one shared model, or each node its coalition's
+    (``"personal"``) -- what the app's coalition families and the drop-ins both build."""
+    return AssignedModels() if params.coalition_models == "personal" else SharedModel()

@@ -23,16 +23,16 @@ from typing import Any
 
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
-from bouquet.algorithms.clustered import CFLParams, IFCAParams
+from bouquet.algorithms.clustered import CFLParams, IFCAParams, ifca_budget_problem
 from bouquet.algorithms.coalitions_fixed_k import FixedKParams
 from bouquet.algorithms.hk import HKParams
 from bouquet.algorithms.memory import MemoryParams, memory_form
 from bouquet.algorithms.selection import Selector
-from bouquet.strategies.aggregation import Aggregator, Coalitions, FixedKRule, HKRule, WeightedMean
+from bouquet.strategies.aggregation import Aggregator, Coalitions, WeightedMean, fixed_k_aggregator, hk_aggregator
 from bouquet.strategies.clustered import CFLClusters, ClusterMeans, IFCASampler, LocalModels, ifca_models
 from bouquet.strategies.entries import ProximalTerm, TrainConfigPart
 from bouquet.strategies.hooks import ConsoleLines, Hook, Recorder, RecorderObserver
-from bouquet.strategies.models import AssignedModels, ModelStore, SharedModel
+from bouquet.strategies.models import AssignedModels, ModelStore, model_store
 from bouquet.strategies.params import (
     CoalitionParams,
     ModelStoreParams,
@@ -59,31 +59,36 @@ def _hooks(recorder: Recorder | None) -> tuple[Hook, ...]:
     return (ConsoleLines(),) if recorder is None else (ConsoleLines(), RecorderObserver(recorder))
 
 
-def _coalitions(drop_in: str, rule: HKRule | FixedKRule, params: CoalitionParams,
-                memory: bool | str | MemoryParams) -> Coalitions:
-    """The coalition aggregator of a drop-in, a bad or unusable ``memory`` named as its argument."""
+def _coalitions(drop_in: str, build: Callable[[MemoryParams], Coalitions], memory: bool | str | MemoryParams
+                ) -> Coalitions:
+    """The coalition aggregator of a drop-in (``build(memory)``: the app's family builds it the same way), a bad
+    or unusable ``memory`` named as its argument."""
     argument = f"{drop_in}(memory=...)"
     try:
-        return Coalitions(rule, params, memory_form(memory, argument))
+        return build(memory_form(memory, argument))
     except ValueError as error:
         raise ValueError(str(error) if str(error).startswith(argument) else f"{argument}: {error}") from None
 
 
-def _store(coalition_models: str) -> SharedModel | AssignedModels:
-    personal = ModelStoreParams(coalition_models).coalition_models == "personal"  # validates
-    return AssignedModels() if personal else SharedModel()
+#: The sampling arguments of the drop-ins (Flower's and bouquet's), as :class:`SamplingParams` names them.
+_SAMPLING_ARGS = tuple(f.name for f in dataclasses.fields(SamplingParams))
+#: Flower's record arguments, as :class:`RecordParams` names them.
+_RECORD_ARGS = tuple(f.name for f in dataclasses.fields(RecordParams))
 
 
-def _compose(strategy: BouquetStrategy, sampler: Sampler, aggregator: Aggregator, keys: RecordParams,
-             train_metrics_aggr_fn: MetricsAggregation | None, evaluate_metrics_aggr_fn: MetricsAggregation | None,
-             recorder: Recorder | None, models: ModelStore | None = None,
-             train_config: tuple[TrainConfigPart, ...] = ()) -> None:
-    """Build ``strategy`` (a drop-in) from its parts and Flower's record arguments."""
-    BouquetStrategy.__init__(strategy, sampler=sampler, aggregator=aggregator, models=models,
-                             train_config=train_config, hooks=_hooks(recorder),
+def _dropin(strategy: BouquetStrategy, args: dict[str, Any], aggregator: Aggregator, models: ModelStore | None = None,
+            train_config: tuple[TrainConfigPart, ...] = ()) -> None:
+    """Build ``strategy`` (a drop-in) from the arguments of its ``__init__`` (``locals()``): the one place where
+    Flower's sampling and record arguments and bouquet's (``clients_per_round``, ``seed``, ``recorder``, ...)
+    become the parts, beside the drop-in's own ``aggregator``, ``models`` and ``train_config``."""
+    sampling = SamplingParams(**{name: args[name] for name in _SAMPLING_ARGS if name in args})
+    keys = RecordParams(**{name: args[name] for name in _RECORD_ARGS})
+    BouquetStrategy.__init__(strategy, sampler=UniformSampler(sampling), aggregator=aggregator, models=models,
+                             train_config=train_config, hooks=_hooks(args["recorder"]),
                              weighted_by_key=keys.weighted_by_key, arrayrecord_key=keys.arrayrecord_key,
-                             configrecord_key=keys.configrecord_key, train_metrics_aggr_fn=train_metrics_aggr_fn,
-                             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
+                             configrecord_key=keys.configrecord_key,
+                             train_metrics_aggr_fn=args["train_metrics_aggr_fn"],
+                             evaluate_metrics_aggr_fn=args["evaluate_metrics_aggr_fn"])
 
 
 class SeededFedAvg(BouquetStrategy):
@@ -123,11 +128,7 @@ class SeededFedAvg(BouquetStrategy):
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
-        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        _compose(self, UniformSampler(sampling), WeightedMean(),
-                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                 evaluate_metrics_aggr_fn, recorder)
+        _dropin(self, locals(), WeightedMean())
 
 
 class SeededFedProx(BouquetStrategy):
@@ -153,11 +154,7 @@ class SeededFedProx(BouquetStrategy):
                  *, clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
-        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        _compose(self, UniformSampler(sampling), WeightedMean(),
-                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                 evaluate_metrics_aggr_fn, recorder, train_config=(ProximalTerm(ProximalParams(proximal_mu)),))
+        _dropin(self, locals(), WeightedMean(), train_config=(ProximalTerm(ProximalParams(proximal_mu)),))
 
 
 class HKFedAvg(BouquetStrategy):
@@ -239,12 +236,8 @@ class HKFedAvg(BouquetStrategy):
                       coalition_tol=coalition_tol, opinions=opinions, barycenter_weighting=barycenter_weighting)
         coalitions = CoalitionParams(barycenter_weighting, opinion_space, record_trajectories, min_coalition_fraction,
                                      update_norm_bound, opinion_arrays)
-        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        _compose(self, UniformSampler(sampling), _coalitions("HKFedAvg", HKRule(hk, record_trajectories), coalitions,
-                                                              memory),
-                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                 evaluate_metrics_aggr_fn, recorder, models=_store(coalition_models))
+        _dropin(self, locals(), _coalitions("HKFedAvg", lambda m: hk_aggregator(hk, coalitions, m), memory),
+                models=model_store(ModelStoreParams(coalition_models)))
 
 
 class FixedKFedAvg(BouquetStrategy):
@@ -288,15 +281,12 @@ class FixedKFedAvg(BouquetStrategy):
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
-        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
         coalitions = CoalitionParams(barycenter_weighting=barycenter_weighting,
                                      min_coalition_fraction=min_coalition_fraction,
                                      update_norm_bound=update_norm_bound)
-        _compose(self, UniformSampler(sampling),
-                 _coalitions("FixedKFedAvg", FixedKRule(FixedKParams(k, geometry)), coalitions, memory),
-                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                 evaluate_metrics_aggr_fn, recorder, models=_store(coalition_models))
+        _dropin(self, locals(), _coalitions("FixedKFedAvg", lambda m: fixed_k_aggregator(FixedKParams(k, geometry),
+                                                                                           coalitions, m), memory),
+                models=model_store(ModelStoreParams(coalition_models)))
 
 
 class SeededKrum(BouquetStrategy):
@@ -323,12 +313,7 @@ class SeededKrum(BouquetStrategy):
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
-        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        _compose(self, UniformSampler(sampling),
-                 FlowerRobustRule("krum", RobustRuleParams(num_malicious_nodes=num_malicious_nodes)),
-                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                 evaluate_metrics_aggr_fn, recorder)
+        _dropin(self, locals(), FlowerRobustRule("krum", RobustRuleParams(num_malicious_nodes=num_malicious_nodes)))
 
 
 class SeededMultiKrum(BouquetStrategy):
@@ -358,12 +343,8 @@ class SeededMultiKrum(BouquetStrategy):
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
-        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
         params = RobustRuleParams(num_malicious_nodes=num_malicious_nodes, num_nodes_to_select=num_nodes_to_select)
-        _compose(self, UniformSampler(sampling), FlowerRobustRule("multikrum", params),
-                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                 evaluate_metrics_aggr_fn, recorder)
+        _dropin(self, locals(), FlowerRobustRule("multikrum", params))
 
 
 class SeededBulyan(BouquetStrategy):
@@ -393,12 +374,8 @@ class SeededBulyan(BouquetStrategy):
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
-        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        _compose(self, UniformSampler(sampling),
-                 FlowerRobustRule("bulyan", RobustRuleParams(num_malicious_nodes=num_malicious_nodes), selection_rule),
-                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                 evaluate_metrics_aggr_fn, recorder)
+        _dropin(self, locals(),
+                FlowerRobustRule("bulyan", RobustRuleParams(num_malicious_nodes=num_malicious_nodes), selection_rule))
 
 
 class SeededFedMedian(BouquetStrategy):
@@ -422,11 +399,7 @@ class SeededFedMedian(BouquetStrategy):
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
-        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        _compose(self, UniformSampler(sampling), FlowerRobustRule("fedmedian", RobustRuleParams()),
-                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                 evaluate_metrics_aggr_fn, recorder)
+        _dropin(self, locals(), FlowerRobustRule("fedmedian", RobustRuleParams()))
 
 
 class SeededFedTrimmedAvg(BouquetStrategy):
@@ -452,11 +425,7 @@ class SeededFedTrimmedAvg(BouquetStrategy):
                  *, clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
-        sampling = SamplingParams(clients_per_round, fraction_train, fraction_evaluate, min_train_nodes,
-                                  min_evaluate_nodes, min_available_nodes, seed, node_wait_seconds, identify_nodes)
-        _compose(self, UniformSampler(sampling), FlowerRobustRule("fedtrimmedavg", RobustRuleParams(trim_beta=beta)),
-                 RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
-                 evaluate_metrics_aggr_fn, recorder)
+        _dropin(self, locals(), FlowerRobustRule("fedtrimmedavg", RobustRuleParams(trim_beta=beta)))
 
 
 def _composed(sampler: Sampler, aggregator: Aggregator, keys: RecordParams,
@@ -578,9 +547,9 @@ def ifca_strategy(params: IFCAParams, sampling: SamplingParams, initial_models: 
     weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn, recorder
         As in :class:`SeededFedAvg`.
     """
-    if sampling.clients_per_round is not None and params.k > sampling.clients_per_round:
-        raise ValueError(f"IFCA with k={params.k} clusters needs at least as many clients per round, "
-                         f"got {sampling.clients_per_round}")
+    problem = ifca_budget_problem(params.k, sampling.clients_per_round)
+    if problem:
+        raise ValueError(f"IFCA: {problem}")
     return _composed(IFCASampler(params, sampling, query_timeout), ClusterMeans(),
                      RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
                      evaluate_metrics_aggr_fn, recorder, ifca_models(params, sampling.seed, initial_models))
