@@ -27,11 +27,11 @@ import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = ["CHECKPOINT_DIR", "RESUME_FREE_KEYS", "Checkpoint", "CheckpointError", "CheckpointParams",
            "check_resumable", "checkpoint_to_resume", "join_arrays", "keys_to_nodes", "latest_checkpoint",
@@ -70,6 +70,12 @@ class CheckpointParams:
     allow_new_rounds : bool, default False
         Accept a ``num-server-rounds`` different from the interrupted run's (every other key must match).
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        prefix="checkpoint-",
+        rename={"resume_from": "resume-from", "allow_new_rounds": "resume-allow-rounds"},
+    )
 
     every: int = 1
     keep: int = 2

@@ -27,7 +27,7 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bouquet.algorithms.attacks import DATA_ATTACKS, AttackParams
 from bouquet.algorithms.clustered import CFLParams, IFCAParams
@@ -49,7 +49,7 @@ from bouquet.data.images import VisionDataParams
 from bouquet.data.water import WaterDataParams
 from bouquet.families import FAMILIES, STRATEGIES, Family, FamilyError, StrategySpec, family_names
 from bouquet.forecasting.combine import FallbackParams
-from bouquet.params import ParamError
+from bouquet.params import ParamError, RunConfigKeys
 from bouquet.strategies.params import (
     UPDATE_SELECTOR_NEEDS,
     CoalitionParams,
@@ -144,6 +144,9 @@ class RunParams:
         a config itself.
     """
 
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys()
+
     num_server_rounds: int = 20
     task: str = "water"
     task_module: str = ""
@@ -181,67 +184,25 @@ class Key:
 
 @dataclass(frozen=True)
 class _Section:
+    """One section of :class:`AppConfig`: its attribute and its params class (whose ``RUN_CONFIG`` names its
+    keys, :class:`bouquet.params.RunConfigKeys`)."""
+
     name: str
     params: type
-    prefix: str = ""
-    rename: Mapping[str, str] = field(default_factory=dict)  # field -> key, where not prefix + kebab(field)
-    skip: tuple[str, ...] = ()  # fields that no key sets
 
 
-def _kebab(name: str) -> str:
-    return name.replace("_", "-")
-
-
-_SECTIONS = (
-    _Section("run", RunParams),
-    _Section("transport", TransportParams, rename={"max_in_flight": "max-in-flight"},
-             skip=("poll", "max_poll", "backoff", "retries")),
-    _Section("sampling", SamplingParams,
-             skip=("fraction_train", "min_train_nodes", "min_evaluate_nodes", "min_available_nodes", "identify_nodes")),
-    _Section("selection", SelectionParams, rename={"mode": "selection-mode"}),
-    _Section("hk", HKParams, prefix="hk-", skip=("geometry", "barycenter_weighting")),
-    _Section("coalitions", CoalitionParams, prefix="coalition-",
-             rename={"min_coalition_fraction": "coalition-min-fraction", "opinion_space": "hk-opinion-space",
-                     "record_trajectories": "hk-record-trajectories", "opinion_arrays": "hk-opinion-arrays"}),
-    _Section("memory", MemoryParams, prefix="coalition-memory-", rename={"active": "coalition-memory"}),
-    _Section("fixed_k", FixedKParams, prefix="fixed-", skip=("geometry",)),
-    _Section("proximal", ProximalParams, prefix="proximal-"),
-    _Section("server_opt", ServerOptParams, prefix="server-"),
-    _Section("perfedavg", PerFedAvgParams, prefix="perfedavg-", skip=("variant",)),
-    _Section("water_data", WaterDataParams,
-             rename={"source": "data-source", "path": "data-path", "calendar": "calendar-inputs",
-                     "household": "household-inputs"},
-             skip=("synthetic", "cleaning")),
-    _Section("water_model", LSTMParams, rename={"baseline": "forecast-baseline"}),
-    _Section("water_train", WaterTrainParams, rename={"epochs": "local-epochs", "loss": "forecast-loss",
-                                                   "huber_delta": "forecast-huber-delta"}),
-    _Section("personal", PersonalParams, rename={"epochs": "personalize-epochs", "learning_rate": "personalize-learning-rate",
-                                                 "layers": "personal-layers", "ditto_lambda": "ditto-lambda",
-                                                 "early_stop": "personalize-early-stop",
-                                                 "state_dir": "personal-state-dir"}),
-    _Section("fallback", FallbackParams, rename={"rule": "fallback"}),
-    _Section("vision_data", VisionDataParams,
-             rename={"dataset": "vision-dataset", "path": "vision-data-path", "partitioner": "vision-partitioner",
-                     "seed": "data-seed", "groups": "vision-groups", "num_groups": "vision-num-groups",
-                     "client_test_size": "vision-client-test-size",
-                     "validation_fraction": "validation-fraction", "score_test": "score-test"}),
-    _Section("vision_model", VisionModelParams, rename={"name": "vision-model", "device": "vision-device"}),
-    _Section("vision_train", VisionTrainParams, rename={"learning_rate": "vision-learning-rate",
-                                                          "momentum": "vision-momentum"}),
-    _Section("central", CentralEvalParams, rename={"size": "central-eval-size", "mode": "vision-evaluation"}),
-    _Section("store", ModelStoreParams, rename={"coalition_models": "coalition-models"}),
-    _Section("ifca", IFCAParams, prefix="ifca-"),
-    _Section("cfl", CFLParams, prefix="cfl-"),
-    _Section("robust", RobustRuleParams, prefix="robust-"),
-    _Section("attack", AttackParams, prefix="attack-", rename={"attack": "attack"}),
-    _Section("checkpoint", CheckpointParams, prefix="checkpoint-",
-             rename={"resume_from": "resume-from", "allow_new_rounds": "resume-allow-rounds"}),
-    _Section("sckm_select", SCKMSelectSelector, rename={"layer_combine": "sckm-layer-combine", "sign": "sckm-sign"}),
-    _Section("sckm_cluster", SCKMClusterSelector, prefix="sckm-"),
-    _Section("power_of_choice", PowerOfChoiceSelector, prefix="pow-"),
-    _Section("afl", AFLSelector, prefix="afl-"),
-    _Section("fedcor", FedCorSelector, prefix="fedcor-", skip=("shrinkage", "noise")),
-)
+#: The sections of :class:`AppConfig`, in key order: each params class declares its own keys.
+_SECTIONS = tuple(_Section(name, params) for name, params in (
+    ("run", RunParams), ("transport", TransportParams), ("sampling", SamplingParams), ("selection", SelectionParams),
+    ("hk", HKParams), ("coalitions", CoalitionParams), ("memory", MemoryParams), ("fixed_k", FixedKParams),
+    ("proximal", ProximalParams), ("server_opt", ServerOptParams), ("perfedavg", PerFedAvgParams),
+    ("water_data", WaterDataParams), ("water_model", LSTMParams), ("water_train", WaterTrainParams),
+    ("personal", PersonalParams), ("fallback", FallbackParams), ("vision_data", VisionDataParams),
+    ("vision_model", VisionModelParams), ("vision_train", VisionTrainParams), ("central", CentralEvalParams),
+    ("store", ModelStoreParams), ("ifca", IFCAParams), ("cfl", CFLParams), ("robust", RobustRuleParams),
+    ("attack", AttackParams), ("checkpoint", CheckpointParams), ("sckm_select", SCKMSelectSelector),
+    ("sckm_cluster", SCKMClusterSelector), ("power_of_choice", PowerOfChoiceSelector), ("afl", AFLSelector),
+    ("fedcor", FedCorSelector)))
 
 #: Old key names still accepted, each with a warning naming its new name: what HK and fixed-K share is
 #: ``coalition-*`` (``hk-*`` keys are HK's own).
@@ -249,13 +210,10 @@ DEPRECATED_KEYS = {"hk-barycenter-weighting": "coalition-barycenter-weighting",
                    "hk-min-coalition-fraction": "coalition-min-fraction",
                    "hk-update-norm-bound": "coalition-update-norm-bound"}
 
-#: Nested fields of the water data (``data-seed`` also seeds the vision partition).
-_NESTED = (Key("synthetic-households", "water_data", ("synthetic", "n_households")),
-           Key("synthetic-types", "water_data", ("synthetic", "household_types")),
-           Key("data-seed", "water_data", ("synthetic", "seed")),
-           Key("max-flow-litres-per-hour", "water_data", ("cleaning", "max_flow_litres_per_hour")),
-           Key("max-spread-hours", "water_data", ("cleaning", "max_spread_hours")),
-           Key("min-hours-per-day", "water_data", ("cleaning", "min_hours_per_day")))
+#: Keys of nested params (the water data's synthetic households and cleaning; ``data-seed`` also seeds the
+#: vision partition), after every section's own keys.
+_NESTED = tuple(Key(name, section.name, path) for section in _SECTIONS
+                for name, path in section.params.RUN_CONFIG.nested.items())
 
 #: S of the app (the HK paper's 50 clients a round); SamplingParams' own default (None: a fraction) is for
 #: other people's apps.
@@ -271,10 +229,8 @@ _APP_FIXED: dict[str, dict[str, Any]] = {
 
 
 def _section_keys(section: _Section) -> Iterator[Key]:
-    for f in fields(section.params):
-        if f.name in section.skip or not f.init:
-            continue
-        yield Key(section.rename.get(f.name, section.prefix + _kebab(f.name)), section.name, (f.name,))
+    for name, path in section.params.RUN_CONFIG.keys(section.params):
+        yield Key(name, section.name, path)
 
 
 #: Every run-config key, in declaration order (a key may set two sections' fields).

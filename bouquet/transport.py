@@ -34,9 +34,9 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 if TYPE_CHECKING:  # importing this module (its TransportParams, for bouquet.config) loads no flwr
     from flwr.app import Message
@@ -70,6 +70,12 @@ class TransportParams:
     max_in_flight : int, default 0
         At most this many messages pushed and not yet answered (0: push them all at once, as Flower does).
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        rename={"max_in_flight": "max-in-flight"},
+        skip=("poll", "max_poll", "backoff", "retries"),
+    )
 
     poll: float = DEFAULT_POLL_SECONDS
     max_poll: float = MAX_POLL_SECONDS

@@ -269,3 +269,28 @@ def test_usage_lists_every_key_as_the_params_classes_describe_it():
     assert block == key_table()
     declared = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
     assert {row[0]: row[1] for row in rows} == declared  # the table's values are pyproject.toml's
+
+
+def test_each_params_class_declares_its_own_keys():
+    """The keys live beside the fields they set (``RUN_CONFIG``, :class:`bouquet.params.RunConfigKeys`), once:
+    every section's class declares its own, and a declaration that names a field the class lacks fails."""
+    import dataclasses
+
+    import pytest
+
+    from bouquet.config import _SECTIONS
+    from bouquet.params import RunConfigKeys
+
+    for section in _SECTIONS:
+        assert "RUN_CONFIG" in vars(section.params), section.params.__name__
+    names = [name for section in _SECTIONS for name, _ in section.params.RUN_CONFIG.keys(section.params)]
+    nested = [name for section in _SECTIONS for name in section.params.RUN_CONFIG.nested]
+    assert sorted(set(names + nested)) == sorted(AppConfig.keys())
+
+    @dataclasses.dataclass(frozen=True)
+    class Probe:
+        alpha: float = 1.0
+
+    assert list(RunConfigKeys(prefix="probe-").keys(Probe)) == [("probe-alpha", ("alpha",))]
+    with pytest.raises(ValueError, match="names fields it does not have: beta"):
+        list(RunConfigKeys(rename={"beta": "b"}).keys(Probe))

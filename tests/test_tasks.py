@@ -114,3 +114,12 @@ def test_a_task_defined_outside_the_package_runs_end_to_end(superlink, tmp_path)
     assert "-> K=2" in output
     rounds = [json.loads(line) for line in (results / "toy" / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds if r["phase"] == "train"] == [1, 2, 3]
+
+
+def test_each_task_row_names_sections_of_the_config():
+    from bouquet.config import _SECTIONS
+
+    sections = {s.name for s in _SECTIONS}
+    for kind in TASKS.values():
+        assert set(kind.sections) <= sections, kind.name
+    assert not set(TASKS["water"].sections) & set(TASKS["vision"].sections)

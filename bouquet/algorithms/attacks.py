@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = ["ATTACKS", "DATA_ATTACKS", "DEFAULT_SCALES", "MODEL_ATTACKS", "SERVER_ATTACKS", "AttackParams",
            "alie", "attacker_share", "attackers", "ipm", "poison_update"]
@@ -70,6 +71,9 @@ class AttackParams:
         replies before aggregating, so a run measures what the honest clients alone reach (the floor
         a perfect defence cannot beat, since the attackers' data is lost with their updates).
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="attack-", rename={"attack": "attack"})
 
     attack: str = "none"
     fraction: float = 0.0

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = ["CFLParams", "IFCAParams", "cfl_bipartition", "cfl_bipartition_exact", "cfl_split_criterion",
            "cosine_similarities", "ifca_assign", "ifca_budget_problem", "perturbed"]
@@ -46,6 +47,9 @@ class IFCAParams:
     loss_examples : int, default 512
         Examples a client scores each model on (all of them when it has fewer), drawn by the round seed.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="ifca-")
 
     k: int = 2
     init_scale: float = 1.0
@@ -82,6 +86,9 @@ class CFLParams:
     min_size : int, default 3
         Smallest cluster that may be split.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="cfl-")
 
     eps1: float = 0.4
     eps2: float = 1.6

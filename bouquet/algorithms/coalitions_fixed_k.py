@@ -17,11 +17,12 @@ clustering itself is scikit-learn's ``KMeans`` (k-means++ initialisation,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from bouquet.algorithms.hk import coalition_weights, gram_embedding, gram_matrix
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = ["FIXED_K_GEOMETRIES", "FixedKParams", "fixed_k_aggregate", "fixed_k_coalitions",
            "relabel_by_first_appearance"]
@@ -40,6 +41,9 @@ class FixedKParams:
     geometry : {"euclidean", "cosine"}, default "euclidean"
         k-means on the models or on the unit-normalised models.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="fixed-", skip=("geometry",))
 
     k: int = 2
     geometry: str = "euclidean"

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = ["SERVER_OPTIMIZERS", "ServerOptParams", "fedopt_step"]
 
@@ -52,6 +53,9 @@ class ServerOptParams:
     tau : float, default 1e-3
         ``server-tau``: the adaptivity floor added to ``sqrt(v)``.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="server-")
 
     optimizer: str = "none"
     learning_rate: float = 0.01

@@ -55,10 +55,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = [
     "GEOMETRIES",
@@ -114,6 +115,9 @@ class HKParams:
         Barycenters as in eq. 15 (uniform), or weighted by each client's number
         of examples (an option the paper does not use).
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="hk-", skip=("geometry", "barycenter_weighting"))
 
     geometry: str = "cosine"
     tau: float = 0.75

@@ -40,11 +40,12 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from bouquet.algorithms.hk import gram_embedding
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = ["MAJORITY", "MEMORY_FORMS", "VALIDATED_FORM", "MemoryParams", "MemoryState", "PairEvidence",
            "average_linkage", "carry_keys", "evidence_opinions", "linkage_at_otsu", "memory_form", "otsu_threshold",
@@ -88,6 +89,12 @@ class MemoryParams:
         (decayed by ``decay``, joined by linkage at Otsu's threshold, :func:`linkage_at_otsu`) counted as
         ``together`` evidence; needs ``formation = "linkage"`` and ``tau = "majority"``.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        prefix="coalition-memory-",
+        rename={"active": "coalition-memory"},
+    )
 
     active: bool = False
     decay: float = 1.0

@@ -64,7 +64,7 @@ from bouquet.algorithms.sckm import (
     sckm_eta,
     sckm_select,
 )
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = [
     "DEFAULT_LAYER_COMBINE",
@@ -223,6 +223,11 @@ class SCKMSelectSelector(Selector):
         The sign the sketches are scored with (above).
     """
 
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        rename={"layer_combine": "sckm-layer-combine", "sign": "sckm-sign"},
+    )
+
     layer_combine: str = DEFAULT_LAYER_COMBINE
     sign: int = 1
     name: ClassVar[str] = "sckm-select"
@@ -266,6 +271,9 @@ class SCKMClusterSelector(Selector):
         candidate joins its nearest medoid.
     """
 
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="sckm-")
+
     layer_combine: str = DEFAULT_LAYER_COMBINE
     sign: int = 1
     min_clusters: int = 1
@@ -300,6 +308,9 @@ class PowerOfChoiceSelector(Selector):
         Candidates drawn in proportion to their data size before the highest losses are kept (0, or any
         value below the budget: the budget).
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="pow-")
 
     d: int = 0
     name: ClassVar[str] = "power-of-choice"
@@ -341,6 +352,9 @@ class AFLSelector(Selector):
     alpha3 : float, default 0.1
         The fraction of the budget drawn uniformly from the candidates not yet drawn.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="afl-")
 
     alpha1: float = 0.75
     alpha2: float = 0.01
@@ -540,6 +554,9 @@ class FedCorSelector(Selector):
     discount : float, default 0.9
         ``gp``: beta's factor per selection (the official ``--discount``).
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="fedcor-", skip=("shrinkage", "noise"))
 
     warmup: int = 2
     shrinkage: float = 0.1

@@ -38,10 +38,11 @@ import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = ["GROUPINGS", "SYMMETRIES", "ImageData", "VisionDataParams", "client_test_rows", "dirichlet_partition",
            "group_assignment", "group_of", "group_permutation", "grouped", "iid_partition", "load_images", "partition",
@@ -93,6 +94,14 @@ class VisionDataParams:
         ``score-test`` (the water task's key): False locks the test images: no client scores them (a study's
         tuning runs read validation only) and the server's central evaluation is refused.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        rename={"dataset": "vision-dataset", "path": "vision-data-path", "partitioner": "vision-partitioner",
+                "seed": "data-seed", "groups": "vision-groups", "num_groups": "vision-num-groups",
+                "client_test_size": "vision-client-test-size", "validation_fraction": "validation-fraction",
+                "score_test": "score-test"},
+    )
 
     dataset: str = "digits"
     path: str = ""

@@ -20,6 +20,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ import pandas as pd
 from bouquet.data.daiad import CleaningParams, clean_to_daily, read_daiad
 from bouquet.data.meters import read_meters
 from bouquet.data.synthetic import SyntheticParams, generate_population
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = [
     "ClientWindows",
@@ -181,6 +182,18 @@ class WaterDataParams:
         the day after that step (:func:`weekday_profile`).  A model shared by every household then knows
         each one's usual level and week, which a 12-day window shows only noisily.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        rename={"source": "data-source", "path": "data-path", "calendar": "calendar-inputs",
+                "household": "household-inputs"},
+        skip=("synthetic", "cleaning"),
+        nested={"synthetic-households": ("synthetic", "n_households"),
+                "synthetic-types": ("synthetic", "household_types"), "data-seed": ("synthetic", "seed"),
+                "max-flow-litres-per-hour": ("cleaning", "max_flow_litres_per_hour"),
+                "max-spread-hours": ("cleaning", "max_spread_hours"),
+                "min-hours-per-day": ("cleaning", "min_hours_per_day")},
+    )
 
     source: str = "synthetic"
     path: str = ""

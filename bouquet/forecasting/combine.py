@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = ["COMBINATION_WEIGHTS", "FALLBACKS", "FallbackParams", "best_baseline", "choose_weight", "combine"]
 
@@ -45,6 +46,9 @@ class FallbackParams:
         of the model in :data:`COMBINATION_WEIGHTS` with the lowest validation MAE.  ``select`` and
         ``combine`` need validation days.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(rename={"rule": "fallback"})
 
     rule: str = "none"
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from bouquet.algorithms.hk import WEIGHTINGS
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = [
     "COALITION_MODELS",
@@ -78,6 +79,11 @@ class SamplingParams:
         the handler): no query is sent and nodes are ordered by node id, which Flower draws anew for
         every simulation run.  bouquet's own app turns it on.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        skip=("fraction_train", "min_train_nodes", "min_evaluate_nodes", "min_available_nodes", "identify_nodes"),
+    )
 
     clients_per_round: int | None = None
     fraction_train: float = 1.0
@@ -155,6 +161,9 @@ class SelectionParams:
         clients take part in local training", and eqs. 1-2).
     """
 
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(rename={"mode": "selection-mode"})
+
     mode: str = "query"
     sketch_fraction: float = 0.005
     sketch_batch_size: int = 32
@@ -208,6 +217,13 @@ class CoalitionParams:
         feature extractor's updates tell the known groups apart from round 1, the whole update does not.
     """
 
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        prefix="coalition-",
+        rename={"min_coalition_fraction": "coalition-min-fraction", "opinion_space": "hk-opinion-space",
+                "record_trajectories": "hk-record-trajectories", "opinion_arrays": "hk-opinion-arrays"},
+    )
+
     barycenter_weighting: str = WEIGHTINGS[0]
     opinion_space: str = "weights"
     record_trajectories: bool = False
@@ -247,6 +263,9 @@ class ProximalParams:
         (0: FedAvg).  bouquet's app uses 0.01 (``proximal-mu``).
     """
 
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="proximal-")
+
     mu: float = 0.0
 
     def __post_init__(self) -> None:
@@ -265,6 +284,9 @@ class ModelStoreParams:
         and to evaluate) the model of the coalition it joined at its last participation, a client never
         sampled the shared model (:class:`bouquet.strategies.models.AssignedModels`).
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(rename={"coalition_models": "coalition-models"})
 
     coalition_models: str = "shared"
 
@@ -290,6 +312,9 @@ class RobustRuleParams:
     trim_beta : float, default 0.2
         FedTrimmedAvg's fraction cut from each end of every coordinate, in [0, 0.5).
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="robust-")
 
     num_malicious_nodes: int = 0
     num_nodes_to_select: int = 1

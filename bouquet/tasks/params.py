@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from bouquet.forecasting.naive import BLEND_WEIGHTS
-from bouquet.params import require
+from bouquet.params import RunConfigKeys, require
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -77,6 +78,9 @@ class LSTMParams:
         blend is not a weight of the model, so it never travels.
     """
 
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(rename={"baseline": "forecast-baseline"})
+
     hidden_size: int = 32
     num_layers: int = 1
     baseline: str = "none"
@@ -108,6 +112,11 @@ class WaterTrainParams:
         Huber's threshold in scaled units (``forecast-huber-delta``; min-max scaling puts a household's
         training range in [0, 1]).
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        rename={"epochs": "local-epochs", "loss": "forecast-loss", "huber_delta": "forecast-huber-delta"},
+    )
 
     epochs: int = 5
     learning_rate: float = 1e-3
@@ -156,6 +165,13 @@ class PersonalParams:
         ``--node-config "personal-state-dir=..."`` wins.  Empty: ``$BOUQUET_CACHE_DIR/personal``
         (``~/.cache/bouquet/personal``).  See :mod:`bouquet.personal_state`.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        rename={"epochs": "personalize-epochs", "learning_rate": "personalize-learning-rate",
+                "layers": "personal-layers", "ditto_lambda": "ditto-lambda", "early_stop": "personalize-early-stop",
+                "state_dir": "personal-state-dir"},
+    )
 
     epochs: int = 0
     learning_rate: float = 1e-3
@@ -207,6 +223,9 @@ class PerFedAvgParams:
         household's mean scaled forecast moves from -0.029 to -0.016 while its targets average 0.23).
     """
 
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="perfedavg-", skip=("variant",))
+
     variant: str = "fo"
     alpha: float = 0.01
     beta: float = 0.001
@@ -238,6 +257,9 @@ class VisionModelParams:
         holds one (``client-resources-num-gpus``; ``python -m bouquet.launch --gpus-per-client``).
     """
 
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(rename={"name": "vision-model", "device": "vision-device"})
+
     name: str = "cnn"
     device: str = "cpu"
 
@@ -262,6 +284,11 @@ class VisionTrainParams:
     momentum : float, default 0.0
         SGD's momentum.
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        rename={"learning_rate": "vision-learning-rate", "momentum": "vision-momentum"},
+    )
 
     local_batches: int = 10
     batch_size: int = DEFAULT_BATCH_SIZE
@@ -292,6 +319,11 @@ class CentralEvalParams:
         evaluated client scores the model it is served on its own test images
         (``vision-client-test-size``; the clustered-FL benchmarks, where clients hold different models).
     """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(
+        rename={"size": "central-eval-size", "mode": "vision-evaluation"},
+    )
 
     size: int = 0
     mode: str = "central"
