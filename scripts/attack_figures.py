@@ -1,4 +1,4 @@
-"""Table and figures of the attack study (issue 17) from its runs (PNG + the CSV behind each).
+"""Table and figures of the attack study from its runs (PNG + the CSV behind each).
 
 The code is :mod:`bouquet.analysis.attack_figures` (``python -m bouquet.analysis.attack_figures --help``).
 """

@@ -14,8 +14,8 @@ noise and a few outliers, then times, in the same process and run:
 
 It asserts that both HK versions give the same coalitions and (allclose) the
 same aggregate, prints the table with the ratios, and writes it as CSV and
-markdown.  Targets (issue 3): gram >= 10x faster than direct at S=200, d=1e6,
-and gram <= 10x the FedAvg mean there; issue 20: the Gram product within 1.3x of the GEMM, and
+markdown.  Targets: gram >= 10x faster than direct at S=200, d=1e6,
+and gram <= 10x the FedAvg mean there; the Gram product within 1.3x of the GEMM, and
 (``--flower``) HKFedAvg's whole aggregation of reply Messages within 1.5x of Flower's FedAvg.
 The last two lines print those ratios for the most clients (then the largest d): ``gram/gemm ratio: X`` and
 ``hk/flower ratio: Y``, the latter with what is left without the Gram product.  Each timing is the
@@ -164,7 +164,7 @@ def main() -> None:
     (out / "bench_hk.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print("coalitions identical in every case: yes")
-    largest = max(rows, key=lambda r: (r["S"], r["d"]))  # the issue's case: the most clients (S = 200, d = 1e6)
+    largest = max(rows, key=lambda r: (r["S"], r["d"]))  # the target's case: the most clients (S = 200, d = 1e6)
     print(f"gram/gemm ratio: {largest['gram/gemm']:.2f} (S={largest['S']}, d={largest['d']}; target <= 1.3)")
     if flower:
         print(f"hk/flower ratio: {largest['hkfedavg/flower_fedavg']:.2f} (target <= 1.5; without the Gram product "

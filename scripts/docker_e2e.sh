@@ -367,7 +367,7 @@ log "passed; images: $(tr '\n' ';' <"$WORK/images.txt")"
 
 [ "$RECONNECT" = 1 ] || exit 0
 
-# Reconnects (issue 19), on the same stack: (1) household 0's box frozen (`docker pause`, its SuperNode and
+# Reconnects, on the same stack: (1) household 0's box frozen (`docker pause`, its SuperNode and
 # ClientApp) for longer than the round timeout, then thawed; (2) the SuperLink container killed and started
 # again (same container, so the same state.db with the registered node keys) in the middle of a run. Nothing
 # is restarted by hand but the SuperLink: the nodes must come back by themselves, and a run after each must

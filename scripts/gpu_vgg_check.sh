@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22, item 3, on a GPU machine: does the SCKM paper's VGG-16 train at the full profile's settings?
+# On a GPU machine: does the SCKM paper's VGG-16 train at the full profile's settings?
 #
 # In-process FedAvg with seeded random selection (scripts/sckm_regime_probe.py --device cuda; the app's own
 # shards, training and scoring functions, no Flower, so it runs where only torch is): vgg16 and vgg16-bn,

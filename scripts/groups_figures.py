@@ -1,4 +1,4 @@
-"""Figures and the table of the known-groups study (issue 16) from its runs (PNG + the CSV behind each).
+"""Figures and the table of the known-groups study from its runs (PNG + the CSV behind each).
 
 The code is :mod:`bouquet.analysis.groups_figures` (``python -m bouquet.analysis.groups_figures --help``).
 """

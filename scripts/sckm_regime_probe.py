@@ -3,7 +3,7 @@
     python scripts/sckm_regime_probe.py --shards 2 5 --rounds 300 --model cnn-gn --local-batches 10 \
         --batch-size 32 --learning-rate 0.01 --momentum 0.9 --seeds 0
 
-Issue 22 asks for a regime in which random selection + FedAvg clearly leaves
+The SCKM study asks for a regime in which random selection + FedAvg clearly leaves
 chance within the study's round budget (>= 40 % CIFAR-10 test accuracy at
 S = 5 shards per client, >= 25 % at S = 2, B = 2 of 10 clients) before any
 selector is compared there.  This script only ever runs *random* selection,
@@ -24,7 +24,7 @@ of the test set (``--eval-size``; the test set is sorted by class).
 
 ``--device cuda`` runs the model on a GPU (the same functions the app's
 ``vision-device`` uses; no Flower needed, so it runs where only torch is):
-``scripts/gpu_vgg_check.sh`` is the VGG-16 check of issue 22 for a GPU machine.
+``scripts/gpu_vgg_check.sh`` is the VGG-16 check of the SCKM study for a GPU machine.
 
 It is an analysis, not a federated run, so it calls the task functions
 directly instead of going through Flower.  One CSV per configuration and
@@ -132,7 +132,7 @@ def summarise(folder: Path, out: Path) -> pd.DataFrame:
     for ax, shards in zip(axes[0], (f"s{k}" for k in shard_counts)):
         for name, part in curves[curves["config"].str.contains(f"-{shards}-")].groupby("config"):
             ax.plot(part["round"], 100 * part["accuracy"], label=name.replace(f"-{shards}", ""))
-        if shards in ("s2", "s5"):  # the issue's targets for the regime
+        if shards in ("s2", "s5"):  # the study's targets for the regime
             ax.axhline(25 if shards == "s2" else 40, color="grey", linestyle=":")
         ax.set(title=f"S = {shards[1]}, B = 2, random selection", xlabel="round", ylabel="test accuracy (%)")
         ax.legend(fontsize=7)

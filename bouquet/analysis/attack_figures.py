@@ -1,4 +1,4 @@
-"""Table and figures of the attack study (issue 17) from its runs (PNG + the CSV behind each).
+"""Table and figures of the attack study from its runs (PNG + the CSV behind each).
 
     python scripts/attack_figures.py results/attacks/digits-quick [--out docs/figures/attacks-digits-quick]
 

@@ -1,4 +1,4 @@
-"""Figures and the table of the known-groups study (issue 16) from its runs (PNG + the CSV behind each).
+"""Figures and the table of the known-groups study from its runs (PNG + the CSV behind each).
 
     python scripts/groups_figures.py results/groups/digits-rotate-quick [--out docs/figures/groups-digits-rotate]
 
@@ -46,7 +46,7 @@ from bouquet.results import RunFolder, find_runs, markdown_table
 #: Rows of the naive forecasters are named ``naive: <forecaster>`` (water benchmarks only).
 NAIVE = "naive: "
 
-#: The round by which the issue's target asks for ARI >= 0.9.
+#: The round by which the study's target asks for ARI >= 0.9.
 TARGET_ROUND = 5
 TARGET_ARI = 0.9
 

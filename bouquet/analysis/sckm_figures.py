@@ -17,7 +17,7 @@ setting, arm and seed) and writes:
   over the settings with that B for each shard count S, at the quarter points
   of the run (rounds T/4, T/2, 3T/4, T: the paper's 15/30/45/60 of 60), and
   the average and std over all of those cells; also ``table.md``;
-* with ``--variants`` (the variant study, issue 22), ``table`` is instead one
+* with ``--variants`` (the variant study), ``table`` is instead one
   row per arm (``variant``) and setting: ``variant,shards,budget,seeds,
   last5_mean,last5_std`` (each seed's mean over the last 5 rounds, then mean
   and std over seeds), with each arm's difference to ``random`` in
@@ -172,7 +172,7 @@ def quarter_rounds(last: int) -> list[int]:
 
 
 def variant_table(runs: pd.DataFrame, out: Path) -> pd.DataFrame:
-    """The variant study's table (issue 22): one row per arm and setting, each seed's mean accuracy (%) over the
+    """The variant study's table: one row per arm and setting, each seed's mean accuracy (%) over the
     last 5 rounds, then their mean and std (ddof 1; empty with one seed) over the seeds; ``table.csv`` and
     ``table.md``, best first within each setting."""
     last = int(runs["round"].max())

@@ -1,4 +1,4 @@
-"""Run the attack study (issue 17): every arm x attack x attacker fraction x seed on one task, resumable.
+"""Run the attack study: every arm x attack x attacker fraction x seed on one task, resumable.
 
     python scripts/run_attack_experiments.py --data digits --profile quick --attacks sign-flip,scale,alie \\
         --fractions 0 0.1 0.2 0.3 --seeds 0 1 2

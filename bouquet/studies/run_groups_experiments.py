@@ -1,4 +1,4 @@
-"""Run the known-groups study (issue 16): every arm x seed on one benchmark, resumable, one folder per run.
+"""Run the known-groups study: every arm x seed on one benchmark, resumable, one folder per run.
 
     python scripts/run_groups_experiments.py --data digits-rotate --profile quick --seeds 0 1 2
     python scripts/run_groups_experiments.py --data water-types --profile quick --arms fedavg,ifca,local

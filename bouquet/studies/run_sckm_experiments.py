@@ -12,7 +12,7 @@ Studies (the paper's two tables):
   random (Table 5, Fig. 4);
 * ``cluster``: 50 clients, S in {1, 2}, B in {2, 4, 6} (``c50-s<S>-b<B>``);
   SCKM-Cluster vs k-means, AFL, FedCor, Power-of-Choice (Table 6, Fig. 3, 5);
-* ``variants`` (issue 22): the papers' open choices of SCKM-Select, 2 sketch
+* ``variants``: the papers' open choices of SCKM-Select, 2 sketch
   sources (``global``: the gradient at the global model; ``update``: every
   candidate trains and selection picks whose updates are averaged) x 2 signs
   (``pos``/``neg``) x 2 layer combinations (``concat``: eq. 8 on all sketched

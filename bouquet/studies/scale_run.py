@@ -1,4 +1,4 @@
-"""Scale runs (issue 20, item 4): big simulations of the water app, with wall time and peak memory per process.
+"""Scale runs: big simulations of the water app, with wall time and peak memory per process.
 
     python scripts/scale_run.py                       # every arm below, skipping finished ones
     python scripts/scale_run.py --arms pool-1099 --out results/scale
