@@ -191,14 +191,13 @@ class _Section:
     params: type
 
 
-#: The sections of :class:`AppConfig`, in key order: each params class declares its own keys.
+#: The sections of :class:`AppConfig`, in key order: those of the run and the strategies, then each built-in
+#: task's from its row of the task registry, then the rest.  Each params class declares its own keys.
 _SECTIONS = tuple(_Section(name, params) for name, params in (
     ("run", RunParams), ("transport", TransportParams), ("sampling", SamplingParams), ("selection", SelectionParams),
     ("hk", HKParams), ("coalitions", CoalitionParams), ("memory", MemoryParams), ("fixed_k", FixedKParams),
     ("proximal", ProximalParams), ("server_opt", ServerOptParams), ("perfedavg", PerFedAvgParams),
-    ("water_data", WaterDataParams), ("water_model", LSTMParams), ("water_train", WaterTrainParams),
-    ("personal", PersonalParams), ("fallback", FallbackParams), ("vision_data", VisionDataParams),
-    ("vision_model", VisionModelParams), ("vision_train", VisionTrainParams), ("central", CentralEvalParams),
+    *[(name, params) for kind in TASKS.values() for name, params in kind.params.items()],
     ("store", ModelStoreParams), ("ifca", IFCAParams), ("cfl", CFLParams), ("robust", RobustRuleParams),
     ("attack", AttackParams), ("checkpoint", CheckpointParams), ("sckm_select", SCKMSelectSelector),
     ("sckm_cluster", SCKMClusterSelector), ("power_of_choice", PowerOfChoiceSelector), ("afl", AFLSelector),
@@ -244,11 +243,43 @@ _SECTION = {s.name: s for s in _SECTIONS}
 _EXCLUSIVE = {f.geometry_section for f in FAMILIES.values() if f.exclusive_section}
 
 
-def _field_default(params: type, path: tuple[str, ...]) -> Any:
-    value: Any = params()
+def _field_value(value: Any, path: tuple[str, ...]) -> Any:
     for name in path:
         value = getattr(value, name)
     return value
+
+
+def _field_default(params: type, path: tuple[str, ...]) -> Any:
+    return _field_value(params(), path)
+
+
+def _all_keys(section: _Section) -> list[Key]:
+    """A section's keys, its nested ones last (as :data:`KEYS` orders them)."""
+    keys = section.params.RUN_CONFIG
+    return [*(Key(name, section.name, path) for name, path in keys.keys(section.params)),
+            *(Key(name, section.name, path) for name, path in keys.nested.items())]
+
+
+def _params_of(sections: tuple[_Section, ...], key: Key) -> type:
+    return next(s.params for s in sections if s.name == key.section)
+
+
+def _task_sections(raw: Mapping[str, Any]) -> tuple[_Section, ...]:
+    """The sections the run config's task brings that :class:`AppConfig` has no field for (a registered task's;
+    none for the built-in ones), its ``task-module`` imported first.  Their keys must not be bouquet's."""
+    try:
+        import_task_module(str(raw.get("task-module", "")))
+    except ParamError as error:
+        raise ConfigError(f"run-config 'task-module': {error}") from error
+    kind = TASKS.get(str(raw.get("task", RunParams.task)))
+    if kind is None:
+        return ()
+    extra = tuple(_Section(name, params) for name, params in kind.params.items() if name not in _SECTION)
+    clash = sorted({key.name for section in extra for key in _all_keys(section)} & set(_BY_NAME))
+    if clash:
+        raise ConfigError(f"task {kind.name!r}: its keys {', '.join(clash)} are bouquet's own; rename them "
+                          f"(RUN_CONFIG prefix)")
+    return extra
 
 
 def _default(key: Key) -> Any:
@@ -349,6 +380,9 @@ class AppConfig:
     fedcor: FedCorSelector = field(default_factory=FedCorSelector)
     #: values of the keys of sections not built for this strategy (``hk-*`` when it is not HK)
     inactive: tuple[tuple[str, Any], ...] = ()
+    #: the sections a registered task brings (:class:`bouquet.tasks.registry.TaskKind` ``params``) that are not
+    #: fields of this class, as (name, params); read them with :meth:`section`
+    task_params: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         spec, family = self.spec, self.family
@@ -457,6 +491,17 @@ class AppConfig:
         """The parsed ``strategy``."""
         return self.run.spec
 
+    def section(self, name: str) -> Any:
+        """The config section ``name``: a field (``config.section("water_data")`` is ``config.water_data``) or
+        one a registered task brings."""
+        if name in _SECTION:
+            return getattr(self, name)
+        for section, params in self.task_params:
+            if section == name:
+                return params
+        raise KeyError(f"no config section {name!r} (task {self.run.task!r} brings "
+                       f"{', '.join(self.task.sections) or 'none'})")
+
     @property
     def task(self) -> TaskKind:
         """The task's row: its halves, sections and traits (:mod:`bouquet.tasks.registry`)."""
@@ -514,11 +559,15 @@ class AppConfig:
 
     @classmethod
     def _parse(cls, run_config: Mapping[str, Any]) -> AppConfig:
-        defaults = _DEFAULTS
+        raw = renamed_keys(run_config)
+        extra = _task_sections(raw)
+        extra_keys = [key for section in extra for key in _all_keys(section)]
+        defaults = {**_DEFAULTS, **{key.name: _field_default(_params_of(extra, key), key.path) for key in extra_keys}}
         given: dict[str, Any] = {}
-        for key, value in renamed_keys(run_config).items():
-            if key not in _BY_NAME:
-                raise ConfigError(f"unknown run-config key {key!r}; known keys: {', '.join(_BY_NAME)}")
+        for key, value in raw.items():
+            if key not in defaults:
+                known = [*_BY_NAME, *(k.name for k in extra_keys)]
+                raise ConfigError(f"unknown run-config key {key!r}; known keys: {', '.join(known)}")
             given[key] = _coerce(key, value, type(defaults[key]))
         preset = _preset(given.get("forecaster", defaults["forecaster"]), given) \
             if _forecasting({**defaults, **given}) else {}  # a forecaster preset: nothing to set for images
@@ -543,8 +592,18 @@ class AppConfig:
             if section.name == family.geometry_section:
                 kwargs = {**kwargs, "geometry": spec.variant}
             sections[section.name] = cls._section(section.name, {**_APP_FIXED.get(section.name, {}), **kwargs})
+        task_params = []
+        for section in extra:
+            kwargs: dict[str, Any] = {}
+            for key in _all_keys(section):
+                _set_nested(kwargs, key.path, values[key.name])
+            try:
+                task_params.append((section.name, _build(section.params, kwargs)))
+            except ParamError as error:
+                names = [k.name for k in _all_keys(section) if k.path[-1] == error.field]
+                raise ConfigError(f"run-config {(names or [section.name])[0]!r}: {error}") from error
         try:
-            return cls(**sections, inactive=tuple(inactive))
+            return cls(**sections, inactive=tuple(inactive), task_params=tuple(task_params))
         except ParamError as error:
             raise ConfigError(f"run-config {_key_for('run', error.field)!r}: {error}") from error
 
@@ -571,7 +630,11 @@ class AppConfig:
                 value = getattr(value, name)
             out[key.name] = value
         out.update(dict(self.inactive))
-        return {name: out[name] for name in _BY_NAME}
+        ordered = {name: out[name] for name in _BY_NAME}
+        for name, params in self.task_params:  # a registered task's own keys, after bouquet's
+            for key in _all_keys(_Section(name, type(params))):
+                ordered[key.name] = _field_value(params, key.path)
+        return ordered
 
 
 _DEFAULTS = {name: _default(keys[0]) for name, keys in _BY_NAME.items()}

@@ -91,8 +91,17 @@ def test_a_task_module_registers_its_task_and_the_launcher_sizes_its_pool(monkey
     from bouquet import launch
 
     monkeypatch.syspath_prepend(str(TOY_APP))
-    config = AppConfig.from_run_config({"task": "toy", "task-module": "toytask.task"})
+    config = AppConfig.from_run_config({"task": "toy", "task-module": "toytask.task", "toy-steps": 5})
     assert config.task.label.startswith("toy regression") and "toy" in TASKS
+    assert config.section("toy").steps == 5 and config.section("toy").learning_rate == 0.1
+    assert config.to_run_config()["toy-steps"] == 5
+    assert AppConfig.from_run_config(config.to_run_config()) == config  # what a run folder records reads back
+    with pytest.raises(ConfigError, match=r"run-config 'toy-steps': toy-steps must be >= 1, got 0"):
+        AppConfig.from_run_config({"task": "toy", "task-module": "toytask.task", "toy-steps": 0})
+    with pytest.raises(ConfigError, match="unknown run-config key 'toy-steps'"):
+        AppConfig.from_run_config({"task": "water", "toy-steps": 5})  # only the toy task's run knows its keys
+    with pytest.raises(KeyError, match="no config section 'toy'"):
+        AppConfig().section("toy")
     assert launch.pool_size(TOY_APP, "") == 6
     model = config.task.server_half()(config).new_model()
     assert sum(p.numel() for p in model.parameters()) == 3
@@ -110,16 +119,33 @@ def test_a_task_defined_outside_the_package_runs_end_to_end(superlink, tmp_path)
         output[-4000:] + "\nSuperLink runs: " + superlink.run_statuses()
     summary = json.loads((results / "toy" / "summary.json").read_text())
     assert summary["task"] == "toy" and summary["clients-evaluated"] == 6
+    recorded = json.loads((results / "toy" / "config.json").read_text())
+    assert recorded["toy-steps"] == 20 and recorded["task-module"] == "toytask.task"  # its own keys, recorded
     assert summary["mse-mean"] < 0.05, summary  # each served its coalition's model (their mean would fit neither)
     assert "-> K=2" in output
     rounds = [json.loads(line) for line in (results / "toy" / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds if r["phase"] == "train"] == [1, 2, 3]
 
 
-def test_each_task_row_names_sections_of_the_config():
-    from bouquet.config import _SECTIONS
+def test_the_config_sections_of_the_built_in_tasks_come_from_their_rows(monkeypatch):
+    """AppConfig's task sections are the rows' (``params``); a registered task's key that is bouquet's own is
+    refused."""
+    import dataclasses
 
-    sections = {s.name for s in _SECTIONS}
-    for kind in TASKS.values():
-        assert set(kind.sections) <= sections, kind.name
+    from bouquet.config import _SECTIONS
+    from bouquet.params import RunConfigKeys
+
+    sections = {s.name: s.params for s in _SECTIONS}
+    for name in ("water", "vision"):
+        assert all(sections[section] is params for section, params in TASKS[name].params.items())
     assert not set(TASKS["water"].sections) & set(TASKS["vision"].sections)
+
+    @dataclasses.dataclass(frozen=True)
+    class Clashing:
+        RUN_CONFIG = RunConfigKeys()
+        seed: int = 0
+
+    monkeypatch.setitem(TASKS, "clash", TaskKind("clash", label="clash", node="a:b", server="a:b", pool_size="a:b",
+                                                 params={"clash": Clashing}))
+    with pytest.raises(ConfigError, match="task 'clash': its keys seed are bouquet's own"):
+        AppConfig.from_run_config({"task": "clash"})

@@ -17,11 +17,22 @@ import it before they look the task up (``tests/toy_task.py`` is a whole task de
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from bouquet.data.images import VisionDataParams
+from bouquet.data.water import WaterDataParams
+from bouquet.forecasting.combine import FallbackParams
 from bouquet.params import ParamError
+from bouquet.tasks.params import (
+    CentralEvalParams,
+    LSTMParams,
+    PersonalParams,
+    VisionModelParams,
+    VisionTrainParams,
+    WaterTrainParams,
+)
 
 __all__ = ["TASKS", "TaskKind", "import_task_module", "register_task", "task_kind", "task_names"]
 
@@ -43,8 +54,11 @@ class TaskKind:
     pool_size : str or callable
         ``"module:attribute"`` of (or the) ``size(config: AppConfig) -> int``: the clients of the federation a
         simulation starts (``bouquet.launch``).
-    sections : tuple of str
-        The ``AppConfig`` sections the task reads (its data, model and training).
+    params : mapping of str to type
+        The config sections the task brings (its data, model and training): section name -> params class,
+        whose ``RUN_CONFIG`` names its run-config keys (:class:`bouquet.params.RunConfigKeys`).  The built-in
+        tasks' sections are ``AppConfig``'s fields (``config.water_data``); a registered task's are
+        ``config.section(name)``, and its keys are accepted once its ``task-module`` is imported.
     forecasting : bool
         A forecasting task: the naive forecasters, the fallback to them and the ``forecaster`` presets
         (``bouquet/presets/``) apply, and a run draws ``report.png``.
@@ -64,7 +78,7 @@ class TaskKind:
     node: str | Callable[..., Any]
     server: str | Callable[..., Any]
     pool_size: str | Callable[..., int]
-    sections: tuple[str, ...] = ()
+    params: Mapping[str, type] = field(default_factory=dict)
     forecasting: bool = False
     personal_state: bool = False
     meta_learning: bool = False
@@ -78,6 +92,11 @@ class TaskKind:
             value = getattr(self, part)
             if isinstance(value, str) and value.count(":") != 1:
                 raise ValueError(f"task {self.name!r}: {part} must be 'module:attribute' or a callable, got {value!r}")
+
+    @property
+    def sections(self) -> tuple[str, ...]:
+        """The names of the config sections the task brings."""
+        return tuple(self.params)
 
     def node_half(self) -> Callable[..., Any]:
         """``build(config, context) -> Task``."""
@@ -141,11 +160,13 @@ register_task(TaskKind(
     "water", label="household water forecasting (HK paper)",
     node="bouquet.client_app:water_task", server="bouquet.serving.water:WaterServer",
     pool_size="bouquet.serving.water:pool_size",
-    sections=("water_data", "water_model", "water_train", "personal", "fallback"),
+    params={"water_data": WaterDataParams, "water_model": LSTMParams, "water_train": WaterTrainParams,
+            "personal": PersonalParams, "fallback": FallbackParams},
     forecasting=True, personal_state=True, meta_learning=True, data_attacks=("target-shift",)))
 register_task(TaskKind(
     "vision", label="image classification (SCKM paper)",
     node="bouquet.client_app:vision_task", server="bouquet.serving.vision:VisionServer",
     pool_size="bouquet.serving.vision:pool_size",
-    sections=("vision_data", "vision_model", "vision_train", "central"),
+    params={"vision_data": VisionDataParams, "vision_model": VisionModelParams, "vision_train": VisionTrainParams,
+            "central": CentralEvalParams},
     central_evaluation=True, data_attacks=("label-flip",)))

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, Context
 
 from bouquet.node_identity import partition_id
+from bouquet.params import RunConfigKeys, require
 from bouquet.serving.task import final_clients, run_summary
 from bouquet.tasks.registry import TaskKind, register_task
 
@@ -27,12 +29,35 @@ CLIENTS = 6
 GROUP_WEIGHTS = (np.array([2.0, -1.0]), np.array([-2.0, 1.0]))
 
 
+@dataclass(frozen=True)
+class ToyParams:
+    """The toy task's own settings: its section ``toy`` of the run config (keys ``toy-*``).
+
+    Parameters
+    ----------
+    learning_rate : float, default 0.1
+        SGD's step size.
+    steps : int, default 20
+        SGD steps of 16 examples per round.
+    """
+
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="toy-")
+
+    learning_rate: float = 0.1
+    steps: int = 20
+
+    def __post_init__(self) -> None:
+        require(self.learning_rate > 0, "learning_rate", f"toy-learning-rate must be > 0, got {self.learning_rate}")
+        require(self.steps >= 1, "steps", f"toy-steps must be >= 1, got {self.steps}")
+
+
 class ToyTask:
     """One toy client: 64 examples of its group's regression."""
 
     household = ""
 
-    def __init__(self, partition: int, seed: int) -> None:
+    def __init__(self, partition: int, seed: int, params: ToyParams) -> None:
+        self.params = params
         self.partition_id = partition
         self.group = f"g{partition % 2}"
         rng = np.random.default_rng([seed, partition])
@@ -55,8 +80,8 @@ class ToyTask:
             return float(torch.nn.functional.mse_loss(model(torch.from_numpy(self.x)), torch.from_numpy(self.y)))
 
     def train(self, model: torch.nn.Module, rng: np.random.Generator, proximal_mu: float) -> float:
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for _ in range(20):
+        optimizer = torch.optim.SGD(model.parameters(), lr=self.params.learning_rate)
+        for _ in range(self.params.steps):
             x, y = self.training_batch(16, rng)
             optimizer.zero_grad()
             loss = torch.nn.functional.mse_loss(model(x), y)
@@ -82,7 +107,7 @@ class ToyTask:
 
 def toy_node(config: Any, context: Context) -> ToyTask:
     """The client half: client ``partition-id``'s data."""
-    return ToyTask(partition_id(context), config.sampling.seed)
+    return ToyTask(partition_id(context), config.sampling.seed, config.section("toy"))
 
 
 class ToyServer:
@@ -112,4 +137,4 @@ class ToyServer:
 
 
 register_task(TaskKind("toy", label="toy regression (a test's own task)", node=toy_node, server=ToyServer,
-                       pool_size=lambda config: CLIENTS))
+                       pool_size=lambda config: CLIENTS, params={"toy": ToyParams}))
