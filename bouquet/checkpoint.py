@@ -34,9 +34,9 @@ import numpy as np
 from bouquet.params import RunConfigKeys, require
 
 __all__ = ["CHECKPOINT_DIR", "RESUME_FREE_KEYS", "Checkpoint", "CheckpointError", "CheckpointParams",
-           "check_resumable", "checkpoint_to_resume", "join_arrays", "keys_to_nodes", "latest_checkpoint",
+           "check_resumable", "checkpoint_path", "checkpoint_to_resume", "join_arrays", "keys_to_nodes", "latest_checkpoint",
            "list_checkpoints", "missing_keys", "nodes_to_keys", "read_checkpoint", "rewind_files", "snapshot_files",
-           "split_arrays", "write_checkpoint"]
+           "split_arrays", "wait_for_checkpoint", "write_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def write_checkpoint(run_folder: str | Path, server_round: int, meta: Mapping[st
             index[key].append([name, slot])
     header = {**meta, "format": FORMAT, "round": int(server_round), "models": index}
     arrays[_META] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
-    path = folder / f"round-{server_round:04d}.npz"
+    path = checkpoint_path(run_folder, server_round)
     partial = path.with_name(path.name + ".partial")
     with open(partial, "wb") as handle:
         np.savez(handle, **arrays)
@@ -179,6 +179,27 @@ def write_checkpoint(run_folder: str | Path, server_round: int, meta: Mapping[st
     for old in list_checkpoints(run_folder)[:-keep]:
         old.unlink(missing_ok=True)
     return path
+
+
+def checkpoint_path(run_folder: str | Path, server_round: int) -> Path:
+    """Where the checkpoint of round ``server_round`` of the run in ``run_folder`` is (or will be) written."""
+    return Path(run_folder) / CHECKPOINT_DIR / f"round-{server_round:04d}.npz"
+
+
+def wait_for_checkpoint(run_folder: str | Path, server_round: int, alive: Callable[[], bool],
+                        timeout: float = 600, poll: float = 0.05) -> bool:
+    """Wait until the run in ``run_folder`` has written its checkpoint of round ``server_round``: True when it
+    has, False when ``alive()`` turns false (the run ended) or ``timeout`` seconds pass first.  For whoever
+    acts on a run in progress at a round boundary (a test, a soak that kills its SuperLink)."""
+    import time
+
+    target = checkpoint_path(run_folder, server_round)
+    deadline = time.monotonic() + timeout
+    while not target.exists():
+        if not alive() or time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+    return True
 
 
 def read_checkpoint(path: str | Path) -> Checkpoint:

@@ -57,6 +57,7 @@ from bouquet.strategies.params import (
     ProximalParams,
     RobustRuleParams,
     SamplingParams,
+    ScreeningParams,
     SelectionParams,
 )
 from bouquet.tasks.params import (
@@ -201,7 +202,7 @@ _SECTIONS = tuple(_Section(name, params) for name, params in (
     ("store", ModelStoreParams), ("ifca", IFCAParams), ("cfl", CFLParams), ("robust", RobustRuleParams),
     ("attack", AttackParams), ("checkpoint", CheckpointParams), ("sckm_select", SCKMSelectSelector),
     ("sckm_cluster", SCKMClusterSelector), ("power_of_choice", PowerOfChoiceSelector), ("afl", AFLSelector),
-    ("fedcor", FedCorSelector)))
+    ("fedcor", FedCorSelector), ("screening", ScreeningParams)))
 
 #: Old key names still accepted, each with a warning naming its new name: what HK and fixed-K share is
 #: ``coalition-*`` (``hk-*`` keys are HK's own).
@@ -378,6 +379,7 @@ class AppConfig:
     power_of_choice: PowerOfChoiceSelector = field(default_factory=PowerOfChoiceSelector)
     afl: AFLSelector = field(default_factory=AFLSelector)
     fedcor: FedCorSelector = field(default_factory=FedCorSelector)
+    screening: ScreeningParams = field(default_factory=ScreeningParams)
     #: values of the keys of sections not built for this strategy (``hk-*`` when it is not HK)
     inactive: tuple[tuple[str, Any], ...] = ()
     #: the sections a registered task brings (:class:`bouquet.tasks.registry.TaskKind` ``params``) that are not

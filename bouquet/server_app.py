@@ -85,7 +85,8 @@ def build_strategy(config: AppConfig, recorder: RunRecorder | None = None,
         aggregator = ServerOptimizer(aggregator, config.server_opt)
     # polling: a deployment's gRPC Grid would wait 3 s between pulls for replies
     return BouquetStrategy(sampler=sampler, aggregator=aggregator, models=family.models(config, cluster_models),
-                           train_config=entries, hooks=(*parts, *hooks), transport=PollingTransport(config.transport))
+                           train_config=entries, hooks=(*parts, *hooks), transport=PollingTransport(config.transport),
+                           screening=config.screening)
 
 
 @app.main()

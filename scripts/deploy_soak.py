@@ -35,6 +35,7 @@ import threading
 import time
 from pathlib import Path
 
+from bouquet.checkpoint import wait_for_checkpoint
 from bouquet.deploy import deployment, make_node_key, start_supernode, wait_for_nodes
 from bouquet.launch import resume_overrides
 from bouquet.processes import hold_write_lock
@@ -48,16 +49,6 @@ VOLATILE = ("wall-seconds", "resumed-after-round")
 def _busy() -> None:  # a CPU hog: one busy core
     while True:
         pass
-
-
-def _wait_for_checkpoint(folder: Path, round_: int, runner: threading.Thread, timeout: float = 1800) -> bool:
-    target = folder / "checkpoints" / f"round-{round_:04d}.npz"
-    deadline = time.monotonic() + timeout
-    while not target.exists():
-        if not runner.is_alive() or time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def _numbers(folder: Path) -> tuple[dict, bytes] | None:
@@ -84,12 +75,12 @@ def _one(deploy, index: int, args: argparse.Namespace, results: Path) -> dict:
     runner = threading.Thread(target=go)
     runner.start()
     events = []
-    if args.lock_for > 0 and _wait_for_checkpoint(folder, args.lock_after_round, runner):
+    if args.lock_for > 0 and wait_for_checkpoint(folder, args.lock_after_round, runner.is_alive, timeout=1800):
         at = time.monotonic() - started
         hold_write_lock(args.workdir / "state.db", args.lock_for)
         events.append(f"write lock {at:.0f}-{time.monotonic() - started:.0f} s")
         print(f"  {events[-1]}", flush=True)
-    if args.restart_after_round and _wait_for_checkpoint(folder, args.restart_after_round, runner):
+    if args.restart_after_round and wait_for_checkpoint(folder, args.restart_after_round, runner.is_alive, timeout=1800):
         deploy.restart_superlink(crash=True)
         events.append(f"SuperLink killed and restarted at {time.monotonic() - started:.0f} s")
         print(f"  {events[-1]}", flush=True)

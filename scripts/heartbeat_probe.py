@@ -102,9 +102,11 @@ class Monitor(threading.Thread):
         """Hold the state database's write lock ``lock_for`` s, as a busy writer does (Flower's own SuperLink waits
         for it up to SQLite's busy timeout, 5 s in Flower 1.42, then fails the write; bouquet.superlink 120 s)."""
         held = threading.Event()
-        threading.Timer(0, lambda: held.wait(60) and print(
-            f"  write lock on the state database for {self.lock_for:g} s", flush=True)).start()
-        hold_write_lock(self.database, self.lock_for, held)
+        holder = threading.Thread(target=hold_write_lock, args=(self.database, self.lock_for, held), daemon=True)
+        holder.start()
+        if held.wait(60):
+            print(f"  write lock on the state database for {self.lock_for:g} s", flush=True)
+        holder.join()
         print("  write lock released", flush=True)
 
     def _resume(self) -> None:

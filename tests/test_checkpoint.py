@@ -316,3 +316,24 @@ def test_no_run_writes_over_another_runs_folder(tmp_path):
     with pytest.raises(FileExistsError, match="already holds a finished run"):
         RunRecorder(first.folder)
     assert RunRecorder.reopen(second.folder).resumed
+
+
+def test_waiting_for_a_checkpoint_ends_when_it_is_written_or_the_run_ends(tmp_path):
+    """What the end-to-end tests and the deployment soak wait on before they act at a round boundary."""
+    import threading
+    import time
+
+    from bouquet.checkpoint import checkpoint_path, wait_for_checkpoint
+
+    def write_later():
+        time.sleep(0.2)
+        checkpoint_path(tmp_path, 2).parent.mkdir(parents=True, exist_ok=True)
+        checkpoint_path(tmp_path, 2).write_bytes(b"")
+
+    runner = threading.Thread(target=write_later)
+    runner.start()
+    assert wait_for_checkpoint(tmp_path, 2, runner.is_alive, timeout=30)
+    runner.join()
+    assert not wait_for_checkpoint(tmp_path, 3, runner.is_alive, timeout=30)  # the run ended without it
+    assert not wait_for_checkpoint(tmp_path, 3, lambda: True, timeout=0.2)  # timed out
+    assert checkpoint_path(tmp_path, 7) == tmp_path / "checkpoints" / "round-0007.npz"

@@ -82,6 +82,26 @@ def test_replies_of_another_round_unasked_twice_or_oversized_are_counted_named_a
         assert f"node {node} excluded" in caplog.text and reason in caplog.text
 
 
+def test_the_size_screen_is_a_setting_and_zero_turns_it_off():
+    """``ScreeningParams(max_update_ratio)`` (run config ``reply-max-update-ratio``): 200x passes a limit of 300,
+    and with 0 nothing is refused for its size; a limit of 1 or less would refuse honest replies."""
+    from bouquet.config import AppConfig, ConfigError
+    from bouquet.strategies.params import ScreeningParams
+
+    def aggregate(screening):
+        s = BouquetStrategy(sampler=UniformSampler(SamplingParams(clients_per_round=3)), screening=screening,
+                            message_factory=make_message)
+        replies = [reply(1, arrays(1.0)), reply(2, arrays(1.0)), reply(3, arrays(200.0))]
+        return s.aggregate_train_round(configured([1, 2, 3]), replies)[0]["w"].numpy()
+
+    np.testing.assert_allclose(aggregate(None), 1.0)  # the default 50x refuses node 3
+    np.testing.assert_allclose(aggregate(ScreeningParams(300.0)), (1 + 1 + 200) / 3)
+    np.testing.assert_allclose(aggregate(ScreeningParams(0.0)), (1 + 1 + 200) / 3)
+    assert AppConfig.from_run_config({"reply-max-update-ratio": 0}).screening.max_update_ratio == 0
+    with pytest.raises(ConfigError, match="run-config 'reply-max-update-ratio': .* 0 \\(off\\) or > 1, got 1.0"):
+        AppConfig.from_run_config({"reply-max-update-ratio": 1.0})
+
+
 def test_the_size_screen_compares_with_the_lower_median_and_leaves_honest_spread_alone():
     from bouquet.strategies.replies import OVERSIZED_NORM_RATIO, oversized
 

@@ -29,6 +29,7 @@ __all__ = [
     "RecordParams",
     "RobustRuleParams",
     "SamplingParams",
+    "ScreeningParams",
     "SelectionParams",
 ]
 
@@ -131,6 +132,29 @@ class RecordParams:
         for name in ("weighted_by_key", "arrayrecord_key", "configrecord_key"):
             value = getattr(self, name)
             require(isinstance(value, str) and value != "", name, f"{name} must be a non-empty string, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ScreeningParams:
+    """How a strategy screens the training replies beyond their form (bad records, shapes, NaN / inf are always
+    refused).
+
+    Parameters
+    ----------
+    max_update_ratio : float, default 50.0
+        An update (the reply minus the model that node was sent) whose norm exceeds this many times the round's
+        lower median update norm is not aggregated (a 100x boosted or corrupted reply; honest clients' norms
+        differ by far less); 0 turns the check off.
+    """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(prefix="reply-")
+
+    max_update_ratio: float = 50.0
+
+    def __post_init__(self) -> None:
+        require(self.max_update_ratio == 0 or self.max_update_ratio > 1, "max_update_ratio",
+                f"reply-max-update-ratio must be 0 (off) or > 1, got {self.max_update_ratio}")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Message
 
 from bouquet.strategies.arrays import Model, all_finite, to_numpy
+from bouquet.strategies.params import ScreeningParams
 from bouquet.strategies.rounds import ClientUpdates
 
 __all__ = ["OVERSIZED_NORM_RATIO", "client_rows", "identity_of", "model_record", "oversized", "screen_replies",
@@ -107,9 +108,9 @@ def identity_of(msg: Message) -> dict[str, Any]:
     return identity
 
 
-#: An update (reply minus the model sent) whose norm exceeds this many times the round's lower median update
-#: norm is not aggregated (a 100x boosted or corrupted reply); honest clients' norms differ by far less.
-OVERSIZED_NORM_RATIO = 50.0
+#: The default of :attr:`ScreeningParams.max_update_ratio` (``reply-max-update-ratio``): an update whose norm
+#: exceeds this many times the round's lower median update norm is not aggregated.
+OVERSIZED_NORM_RATIO = ScreeningParams.max_update_ratio
 
 
 def _misaddressed(msg: Message, server_round: int, sent: Mapping[int, ArrayRecord], answers: int) -> str | None:
@@ -166,15 +167,15 @@ def oversized(models: list[Model], references: list[Model],
 
 def usable_updates(server_round: int, seed: int, replies: list[Message], sent: Mapping[int, ArrayRecord],
                    arrayrecord_key: str, weighted_by_key: str, keys: Mapping[int, str] | None = None,
-                   ) -> tuple[list[Message], ClientUpdates, Rejected]:
+                   max_update_ratio: float = OVERSIZED_NORM_RATIO) -> tuple[list[Message], ClientUpdates, Rejected]:
     """Screen ``replies`` (already in stable order) against what each node was ``sent``.
 
     Returns the usable messages, their :class:`ClientUpdates` and the rejected ``(node id, reason)``.
     Beyond :func:`screen_replies`' checks, a configured round (``sent`` not empty) rejects a reply whose
     ``group_id`` names another round, a reply from a node that was sent nothing this round, and every
     reply of a node that answered more than once; and, among the replies left, an update (reply minus
-    the model that node was sent) whose norm exceeds :data:`OVERSIZED_NORM_RATIO` times the round's
-    lower median update norm (:func:`oversized`).  With nothing sent at all (replies aggregated without
+    the model that node was sent) whose norm exceeds ``max_update_ratio`` times the round's lower median update
+    norm (:func:`oversized`; 0: no such check).  With nothing sent at all (replies aggregated without
     a configured round, as Flower's own tests do), the replies are screened against the first
     well-formed one and the updates carry no references.  ``keys`` names the model store's key of what
     each node was sent.
@@ -206,11 +207,11 @@ def usable_updates(server_round: int, seed: int, replies: list[Message], sent: M
         models.append(outcome)
         if sent:
             refs.append(reference)
-    if refs:
-        ratios = oversized(models, refs)
+    if refs and max_update_ratio > 0:
+        ratios = oversized(models, refs, max_update_ratio)
         keep = [k for k, ratio in enumerate(ratios) if ratio is None]
         rejected += [(usable[k].metadata.src_node_id,
-                      f"update norm {ratio:.1f} times the round's lower median (limit {OVERSIZED_NORM_RATIO:g})")
+                      f"update norm {ratio:.1f} times the round's lower median (limit {max_update_ratio:g})")
                      for k, ratio in enumerate(ratios) if ratio is not None]
         usable, models, refs = [usable[k] for k in keep], [models[k] for k in keep], [refs[k] for k in keep]
     updates = ClientUpdates(

@@ -38,7 +38,7 @@ from bouquet.strategies.aggregation import Aggregator, WeightedMean
 from bouquet.strategies.entries import TrainConfigPart
 from bouquet.strategies.hooks import CentralEvaluation, ConsoleLines, Hook
 from bouquet.strategies.models import SHARED, ModelStore, SharedModel
-from bouquet.strategies.params import RecordParams
+from bouquet.strategies.params import RecordParams, ScreeningParams
 from bouquet.strategies.replies import client_rows, identity_of, usable_updates
 from bouquet.strategies.rounds import EvaluateRound, RoundContext, RoundEvent, TrainRound
 from bouquet.strategies.sampling import NodeOrder, Sampler, UniformSampler
@@ -83,6 +83,9 @@ class BouquetStrategy(Strategy):
     transport : Transport, default FLOWER_TRANSPORT
         How every phase's messages travel (training, evaluation and the samplers' queries); default
         :class:`bouquet.transport.FlowerTransport` (``grid.send_and_receive``).
+    screening : ScreeningParams, optional
+        How far an update's norm may exceed the round's lower median before it is refused
+        (:class:`bouquet.strategies.params.ScreeningParams`; default 50x).
     """
 
     def __init__(self, *, sampler: Sampler | None = None, aggregator: Aggregator | None = None,
@@ -93,7 +96,7 @@ class BouquetStrategy(Strategy):
                  train_metrics_aggr_fn: MetricsAggregation | None = None,
                  evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
                  message_factory: MessageFactory = flower_message,
-                 transport: Transport = FLOWER_TRANSPORT) -> None:
+                 transport: Transport = FLOWER_TRANSPORT, screening: ScreeningParams | None = None) -> None:
         self.sampler: Sampler = sampler if sampler is not None else UniformSampler()
         self.aggregator: Aggregator = aggregator if aggregator is not None else WeightedMean()
         self.models: ModelStore = models if models is not None else SharedModel()
@@ -107,6 +110,7 @@ class BouquetStrategy(Strategy):
         self.evaluate_metrics_aggr_fn = evaluate_metrics_aggr_fn or aggregate_metricrecords
         self.new_message = message_factory
         self.transport = transport
+        self.screening = screening if screening is not None else ScreeningParams()
         self.nodes = NodeOrder(self.sampler.sampling.node_wait_seconds, message_factory,
                                self.sampler.sampling.identify_nodes, self.transport)
         self.server_round = 0
@@ -201,7 +205,8 @@ class BouquetStrategy(Strategy):
         self.sampler.observe_train(server_round, replies)
         replies = self.nodes.sorted_replies(replies)
         usable, updates, rejected = usable_updates(server_round, self.seed, replies, configured.sent,
-                                                   self.arrayrecord_key, self.weighted_by_key, configured.keys)
+                                                   self.arrayrecord_key, self.weighted_by_key, configured.keys,
+                                                   self.screening.max_update_ratio)
         # The SuperLink answers for a node it saw go offline with an error reply whose source is not that
         # node (Flower 1.42 puts its own id there): such a node counts as lost, named by the id it was sent to.
         expected = set(configured.node_ids)
