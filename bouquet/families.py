@@ -21,26 +21,72 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from bouquet.algorithms.clustered import ifca_budget_problem
-from bouquet.algorithms.coalitions_fixed_k import FIXED_K_GEOMETRIES
+from bouquet.algorithms.clustered import CFLParams, IFCAParams, ifca_budget_problem
+from bouquet.algorithms.coalitions_fixed_k import FIXED_K_GEOMETRIES, FixedKParams
 from bouquet.algorithms.hk import GEOMETRIES as HK_GEOMETRIES
 from bouquet.algorithms.hk import HKParams
+from bouquet.algorithms.memory import MemoryParams
 from bouquet.params import ParamError
-from bouquet.strategies.params import ROBUST_RULES
+from bouquet.strategies.params import (
+    ROBUST_RULES,
+    CoalitionParams,
+    ModelStoreParams,
+    ProximalParams,
+    RobustRuleParams,
+    SamplingParams,
+    SelectionParams,
+)
 from bouquet.tasks.params import PERFEDAVG_VARIANTS
 
 if TYPE_CHECKING:  # the parts import flwr; the builders import them when called
     from flwr.app import ArrayRecord
 
-    from bouquet.config import AppConfig
     from bouquet.strategies.aggregation import Aggregator
     from bouquet.strategies.models import ModelStore
-    from bouquet.strategies.params import SamplingParams
     from bouquet.strategies.sampling import Sampler
 
-__all__ = ["FAMILIES", "STRATEGIES", "Family", "FamilyError", "StrategySpec", "family_names"]
+__all__ = ["FAMILIES", "STRATEGIES", "Family", "FamilyConfig", "FamilyError", "StrategySpec", "family_names"]
+
+
+class FamilyConfig(Protocol):
+    """What a family's checks and builders read of a run config: its sections for the strategies
+    (:class:`bouquet.config.AppConfig` has them; the config reads this table, so the table does not read the
+    config's module)."""
+
+    @property
+    def hk(self) -> HKParams | None: ...
+
+    @property
+    def coalitions(self) -> CoalitionParams: ...
+
+    @property
+    def memory(self) -> MemoryParams: ...
+
+    @property
+    def fixed_k(self) -> FixedKParams: ...
+
+    @property
+    def store(self) -> ModelStoreParams: ...
+
+    @property
+    def sampling(self) -> SamplingParams: ...
+
+    @property
+    def selection(self) -> SelectionParams: ...
+
+    @property
+    def ifca(self) -> IFCAParams: ...
+
+    @property
+    def cfl(self) -> CFLParams: ...
+
+    @property
+    def robust(self) -> RobustRuleParams: ...
+
+    @property
+    def proximal(self) -> ProximalParams: ...
 
 
 class FamilyError(ValueError):
@@ -48,34 +94,34 @@ class FamilyError(ValueError):
     as a ``ConfigError``)."""
 
 
-def _no_check(config: AppConfig) -> None:
+def _no_check(config: FamilyConfig) -> None:
     return None
 
 
-def _weighted_mean(config: AppConfig) -> Aggregator:
+def _weighted_mean(config: FamilyConfig) -> Aggregator:
     from bouquet.strategies.aggregation import WeightedMean
 
     return WeightedMean()
 
 
-def _shared_or_assigned(config: AppConfig, cluster_models: list[ArrayRecord] | None) -> ModelStore:
+def _shared_or_assigned(config: FamilyConfig, cluster_models: list[ArrayRecord] | None) -> ModelStore:
     """One shared model, or each node the model of its coalition (``coalition-models = "personal"``)."""
     from bouquet.strategies.models import model_store
 
     return model_store(config.store)
 
 
-def _assigned(config: AppConfig, cluster_models: list[ArrayRecord] | None) -> ModelStore:
+def _assigned(config: FamilyConfig, cluster_models: list[ArrayRecord] | None) -> ModelStore:
     from bouquet.strategies.models import AssignedModels
 
     return AssignedModels()
 
 
-def _no_initial_models(config: AppConfig, new_model: Callable[[], Any]) -> list[ArrayRecord] | None:
+def _no_initial_models(config: FamilyConfig, new_model: Callable[[], Any]) -> list[ArrayRecord] | None:
     return None
 
 
-def _no_entries(config: AppConfig) -> tuple[Any, ...]:
+def _no_entries(config: FamilyConfig) -> tuple[Any, ...]:
     return ()
 
 
@@ -128,12 +174,12 @@ class Family:
     draws_own_clients: bool = False
     robust: bool = False
     meta_learning: bool = False
-    check: Callable[[AppConfig], None] = _no_check
-    aggregator: Callable[[AppConfig], Aggregator] = _weighted_mean
-    models: Callable[[AppConfig, list[ArrayRecord] | None], ModelStore] = _shared_or_assigned
-    sampler: Callable[[AppConfig, SamplingParams], Sampler] | None = None
-    train_entries: Callable[[AppConfig], tuple[Any, ...]] = _no_entries
-    initial_models: Callable[[AppConfig, Callable[[], Any]], list[ArrayRecord] | None] = _no_initial_models
+    check: Callable[[FamilyConfig], None] = _no_check
+    aggregator: Callable[[FamilyConfig], Aggregator] = _weighted_mean
+    models: Callable[[FamilyConfig, list[ArrayRecord] | None], ModelStore] = _shared_or_assigned
+    sampler: Callable[[FamilyConfig, SamplingParams], Sampler] | None = None
+    train_entries: Callable[[FamilyConfig], tuple[Any, ...]] = _no_entries
+    initial_models: Callable[[FamilyConfig, Callable[[], Any]], list[ArrayRecord] | None] = _no_initial_models
 
     @property
     def strategies(self) -> tuple[str, ...]:
@@ -147,50 +193,50 @@ class Family:
 
 
 # ---------------------------------------------------------------- HK and fixed-K
-def _hk_aggregator(config: AppConfig) -> Aggregator:
+def _hk_aggregator(config: FamilyConfig) -> Aggregator:
     from bouquet.strategies.aggregation import hk_aggregator
 
     return hk_aggregator(config.hk, config.coalitions, config.memory)
 
 
-def _fixed_k_aggregator(config: AppConfig) -> Aggregator:
+def _fixed_k_aggregator(config: FamilyConfig) -> Aggregator:
     from bouquet.strategies.aggregation import fixed_k_aggregator
 
     return fixed_k_aggregator(config.fixed_k, config.coalitions, config.memory)
 
 
-def _fixed_k_check(config: AppConfig) -> None:
+def _fixed_k_check(config: FamilyConfig) -> None:
     conflict = config.memory.rule_conflict("fixed-K", has_tau=False, sets_tau=False)
     if conflict:
         raise FamilyError(f"run-config 'coalition-memory-tau': {conflict}")
 
 
 # ---------------------------------------------------------------- clustered
-def _ifca_check(config: AppConfig) -> None:
+def _ifca_check(config: FamilyConfig) -> None:
     problem = ifca_budget_problem(config.ifca.k, config.sampling.clients_per_round)
     if problem:
         raise FamilyError(f"run-config 'ifca-k': {problem} (clients-per-round)")
 
 
-def _ifca_sampler(config: AppConfig, sampling: SamplingParams) -> Sampler:
+def _ifca_sampler(config: FamilyConfig, sampling: SamplingParams) -> Sampler:
     from bouquet.strategies.clustered import IFCASampler
 
     return IFCASampler(config.ifca, sampling, config.selection.query_timeout)
 
 
-def _ifca_aggregator(config: AppConfig) -> Aggregator:
+def _ifca_aggregator(config: FamilyConfig) -> Aggregator:
     from bouquet.strategies.clustered import ClusterMeans
 
     return ClusterMeans()
 
 
-def _ifca_models(config: AppConfig, cluster_models: list[ArrayRecord] | None) -> ModelStore:
+def _ifca_models(config: FamilyConfig, cluster_models: list[ArrayRecord] | None) -> ModelStore:
     from bouquet.strategies.clustered import ifca_models
 
     return ifca_models(config.ifca, config.sampling.seed, cluster_models)
 
 
-def _ifca_initial_models(config: AppConfig, new_model: Callable[[], Any]) -> list[ArrayRecord]:
+def _ifca_initial_models(config: FamilyConfig, new_model: Callable[[], Any]) -> list[ArrayRecord]:
     """IFCA's K initial models, each from its own torch seed ``[seed, cluster]``."""
     import numpy as np
     import torch
@@ -203,27 +249,27 @@ def _ifca_initial_models(config: AppConfig, new_model: Callable[[], Any]) -> lis
     return models
 
 
-def _cfl_aggregator(config: AppConfig) -> Aggregator:
+def _cfl_aggregator(config: FamilyConfig) -> Aggregator:
     from bouquet.strategies.clustered import CFLClusters
 
     return CFLClusters(config.cfl)
 
 
-def _local_aggregator(config: AppConfig) -> Aggregator:
+def _local_aggregator(config: FamilyConfig) -> Aggregator:
     from bouquet.strategies.clustered import LocalModels
 
     return LocalModels()
 
 
 # ---------------------------------------------------------------- FedProx, robust rules
-def _proximal_entries(config: AppConfig) -> tuple[Any, ...]:
+def _proximal_entries(config: FamilyConfig) -> tuple[Any, ...]:
     from bouquet.strategies.entries import ProximalTerm
 
     return (ProximalTerm(config.proximal),)
 
 
 def _robust_family(rule: str) -> Family:
-    def check(config: AppConfig) -> None:
+    def check(config: FamilyConfig) -> None:
         needed = config.robust.replies_needed(rule)
         if needed > config.sampling.clients_per_round:
             by_m = rule == "multikrum" and needed > 2 * config.robust.num_malicious_nodes + 3
@@ -232,7 +278,7 @@ def _robust_family(rule: str) -> Family:
                               f"{config.robust.num_malicious_nodes} needs at least {needed} clients per round, "
                               f"got clients-per-round={config.sampling.clients_per_round}")
 
-    def aggregator(config: AppConfig) -> Aggregator:
+    def aggregator(config: FamilyConfig) -> Aggregator:
         from bouquet.strategies.robust import FlowerRobustRule
 
         return FlowerRobustRule(rule, config.robust)

@@ -3,6 +3,8 @@
 import ast
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
@@ -79,26 +81,32 @@ def test_every_module_of_the_package_has_a_layer():
 
 
 def test_imports_keep_the_layers_and_the_math_stays_pure():
-    """``lint-imports``: 0 imports up the layers (function-level imports count; ``TYPE_CHECKING`` ones are
-    annotations), the math imports no Flower / torch / Ray, the strategies no torch / Ray."""
+    """``lint-imports``: 0 imports up the layers (every import counts: in functions and under
+    ``TYPE_CHECKING`` too), the math imports no Flower / torch / Ray, the strategies no torch / Ray."""
     code, output = _lint(ROOT)
     assert code == 0, output
     assert "3 kept, 0 broken" in output
 
 
-def test_an_import_up_the_layers_breaks_the_contract(tmp_path):
-    """The check can fail: the package with one function-level import of ``bouquet.config`` added to
-    ``bouquet.strategies.aggregation`` (strategies sit below config) breaks the layers contract."""
+@pytest.mark.parametrize(("module", "added", "arrow"), [
+    ("strategies/aggregation.py", "\n\ndef _upward():\n    from bouquet.config import AppConfig\n\n    return AppConfig\n",
+     "bouquet.strategies.aggregation -> bouquet.config"),
+    ("params.py", "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from bouquet.families import Family\n",
+     "bouquet.params -> bouquet.families"),
+])
+def test_an_import_up_the_layers_breaks_the_contract(tmp_path, module, added, arrow):
+    """The check can fail: the package with one function-level import of ``bouquet.config`` added to the
+    strategies (below the config), or one annotation-only import of the families added to ``bouquet.params``
+    (the bottom layer), breaks the layers contract."""
     import shutil
 
     shutil.copytree(ROOT / "bouquet", tmp_path / "bouquet", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    target = tmp_path / "bouquet" / "strategies" / "aggregation.py"
-    target.write_text(target.read_text() + "\n\ndef _upward():\n    from bouquet.config import AppConfig\n\n"
-                      "    return AppConfig\n")
+    target = tmp_path / "bouquet" / module
+    target.write_text(target.read_text() + added)
     code, output = _lint(tmp_path)
     assert code != 0
-    assert "bouquet.strategies.aggregation -> bouquet.config" in output
+    assert arrow in output
 
 
 def test_architecture_lists_the_layers_the_check_keeps():
