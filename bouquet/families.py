@@ -55,38 +55,17 @@ class FamilyConfig(Protocol):
     (:class:`bouquet.config.AppConfig` has them; the config reads this table, so the table does not read the
     config's module)."""
 
-    @property
-    def hk(self) -> HKParams | None: ...
-
-    @property
-    def coalitions(self) -> CoalitionParams: ...
-
-    @property
-    def memory(self) -> MemoryParams: ...
-
-    @property
-    def fixed_k(self) -> FixedKParams: ...
-
-    @property
-    def store(self) -> ModelStoreParams: ...
-
-    @property
-    def sampling(self) -> SamplingParams: ...
-
-    @property
-    def selection(self) -> SelectionParams: ...
-
-    @property
-    def ifca(self) -> IFCAParams: ...
-
-    @property
-    def cfl(self) -> CFLParams: ...
-
-    @property
-    def robust(self) -> RobustRuleParams: ...
-
-    @property
-    def proximal(self) -> ProximalParams: ...
+    hk: HKParams | None
+    coalitions: CoalitionParams
+    memory: MemoryParams
+    fixed_k: FixedKParams
+    store: ModelStoreParams
+    sampling: SamplingParams
+    selection: SelectionParams
+    ifca: IFCAParams
+    cfl: CFLParams
+    robust: RobustRuleParams
+    proximal: ProximalParams
 
 
 class FamilyError(ValueError):
