@@ -24,7 +24,7 @@ import inspect
 import logging
 import re
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -210,10 +210,6 @@ DEPRECATED_KEYS = {"hk-barycenter-weighting": "coalition-barycenter-weighting",
                    "hk-min-coalition-fraction": "coalition-min-fraction",
                    "hk-update-norm-bound": "coalition-update-norm-bound"}
 
-#: Keys of nested params (the water data's synthetic households and cleaning; ``data-seed`` also seeds the
-#: vision partition), after every section's own keys.
-_NESTED = tuple(Key(name, section.name, path) for section in _SECTIONS
-                for name, path in section.params.RUN_CONFIG.nested.items())
 
 #: S of the app (the HK paper's 50 clients a round); SamplingParams' own default (None: a fraction) is for
 #: other people's apps.
@@ -229,12 +225,26 @@ _APP_FIXED: dict[str, dict[str, Any]] = {
 
 
 def _section_keys(section: _Section) -> Iterator[Key]:
+    """The keys of a section's own fields, as its params class declares them (``RUN_CONFIG``)."""
     for name, path in section.params.RUN_CONFIG.keys(section.params):
         yield Key(name, section.name, path)
 
 
-#: Every run-config key, in declaration order (a key may set two sections' fields).
-KEYS: tuple[Key, ...] = (*[k for s in _SECTIONS for k in _section_keys(s)], *_NESTED)
+def _nested_keys(section: _Section) -> Iterator[Key]:
+    """The keys of a section's nested params (the water data's synthetic households and cleaning)."""
+    for name, path in section.params.RUN_CONFIG.nested.items():
+        yield Key(name, section.name, path)
+
+
+def _all_keys(section: _Section) -> list[Key]:
+    """A section's keys, its nested ones last (as :data:`KEYS` orders them)."""
+    return [*_section_keys(section), *_nested_keys(section)]
+
+
+#: Every run-config key, in declaration order: every section's own keys, then the nested ones (``data-seed``
+#: also seeds the vision partition); a key may set two sections' fields.
+KEYS: tuple[Key, ...] = (*[k for s in _SECTIONS for k in _section_keys(s)],
+                         *[k for s in _SECTIONS for k in _nested_keys(s)])
 _BY_NAME: dict[str, list[Key]] = {}
 for _key in KEYS:
     _BY_NAME.setdefault(_key.name, []).append(_key)
@@ -254,25 +264,19 @@ def _field_default(params: type, path: tuple[str, ...]) -> Any:
     return _field_value(params(), path)
 
 
-def _all_keys(section: _Section) -> list[Key]:
-    """A section's keys, its nested ones last (as :data:`KEYS` orders them)."""
-    keys = section.params.RUN_CONFIG
-    return [*(Key(name, section.name, path) for name, path in keys.keys(section.params)),
-            *(Key(name, section.name, path) for name, path in keys.nested.items())]
-
-
-def _params_of(sections: tuple[_Section, ...], key: Key) -> type:
-    return next(s.params for s in sections if s.name == key.section)
-
-
-def _task_sections(raw: Mapping[str, Any]) -> tuple[_Section, ...]:
-    """The sections the run config's task brings that :class:`AppConfig` has no field for (a registered task's;
-    none for the built-in ones), its ``task-module`` imported first.  Their keys must not be bouquet's."""
+def _task_of(values: Mapping[str, Any]) -> TaskKind | None:
+    """The run config's task row (the default job's task where it names none), its ``task-module`` imported
+    first; None for a task no module registered (left to :class:`RunParams`, which names the key)."""
     try:
-        import_task_module(str(raw.get("task-module", "")))
+        import_task_module(str(values.get("task-module", "")))
     except ParamError as error:
         raise ConfigError(f"run-config 'task-module': {error}") from error
-    kind = TASKS.get(str(raw.get("task", RunParams.task)))
+    return TASKS.get(str(values.get("task", RunParams.task)))
+
+
+def _task_sections(kind: TaskKind | None) -> tuple[_Section, ...]:
+    """The sections a task brings that :class:`AppConfig` has no field for (a registered task's; none for the
+    built-in ones).  Their keys must not be bouquet's."""
     if kind is None:
         return ()
     extra = tuple(_Section(name, params) for name, params in kind.params.items() if name not in _SECTION)
@@ -326,11 +330,12 @@ def _build(params: type, values: dict[str, Any]) -> Any:
     return params(**kwargs)
 
 
-def _key_for(section: str, field_name: str) -> str:
-    names = [k.name for k in KEYS if k.section == section and k.path[-1] == field_name]
+def _key_for(section: str, field_name: str, keys: Sequence[Key] = KEYS) -> str:
+    """The key of ``field_name`` of ``section`` among ``keys`` (else all the section's keys), for messages."""
+    names = [k.name for k in keys if k.section == section and k.path[-1] == field_name]
     if names:
         return names[0]
-    return ", ".join(k.name for k in KEYS if k.section == section)
+    return ", ".join(k.name for k in keys if k.section == section)
 
 
 @dataclass(frozen=True)
@@ -562,21 +567,22 @@ class AppConfig:
     @classmethod
     def _parse(cls, run_config: Mapping[str, Any]) -> AppConfig:
         raw = renamed_keys(run_config)
-        extra = _task_sections(raw)
+        extra = _task_sections(_task_of(raw))
         extra_keys = [key for section in extra for key in _all_keys(section)]
-        defaults = {**_DEFAULTS, **{key.name: _field_default(_params_of(extra, key), key.path) for key in extra_keys}}
+        defaults = {**_DEFAULTS, **{key.name: _field_default(section.params, key.path)
+                                    for section in extra for key in _all_keys(section)}}
         given: dict[str, Any] = {}
         for key, value in raw.items():
             if key not in defaults:
                 known = [*_BY_NAME, *(k.name for k in extra_keys)]
                 raise ConfigError(f"unknown run-config key {key!r}; known keys: {', '.join(known)}")
             given[key] = _coerce(key, value, type(defaults[key]))
-        preset = _preset(given.get("forecaster", defaults["forecaster"]), given) \
-            if _forecasting({**defaults, **given}) else {}  # a forecaster preset: nothing to set for images
+        forecasting = _forecasting({**defaults, **given})  # its forecaster presets apply
+        preset = _preset(given.get("forecaster", defaults["forecaster"]), given) if forecasting else {}
         values = {**defaults, **preset, **given}
-        _check_preset_applied(values, given)
+        _check_preset_applied(values, given, forecasting)
         _drop_default_job_personalisation(values)
-        _drop_default_job_water_keys(values)
+        _drop_default_job_water_keys(values, forecasting)
         by_section: dict[str, dict[str, Any]] = {s.name: {} for s in _SECTIONS}
         for key in KEYS:
             _set_nested(by_section[key.section], key.path, values[key.name])
@@ -602,8 +608,7 @@ class AppConfig:
             try:
                 task_params.append((section.name, _build(section.params, kwargs)))
             except ParamError as error:
-                names = [k.name for k in _all_keys(section) if k.path[-1] == error.field]
-                raise ConfigError(f"run-config {(names or [section.name])[0]!r}: {error}") from error
+                raise ConfigError(f"run-config {_key_for(section.name, error.field, extra_keys)!r}: {error}") from error
         try:
             return cls(**sections, inactive=tuple(inactive), task_params=tuple(task_params))
         except ParamError as error:
@@ -760,11 +765,7 @@ def _preset(name: Any, given: Mapping[str, Any]) -> dict[str, Any]:
 def _forecasting(values: Mapping[str, Any]) -> bool:
     """Whether the run config's task (the default job's where it names none) is a forecasting one, whose
     ``forecaster`` presets apply.  An unknown task is left to :class:`RunParams` (not a forecasting one here)."""
-    try:
-        import_task_module(str(values.get("task-module", "")))
-    except ParamError as error:
-        raise ConfigError(f"run-config 'task-module': {error}") from error
-    kind = TASKS.get(values.get("task", _DEFAULTS["task"]))
+    kind = _task_of(values)
     return kind is not None and kind.forecasting
 
 
@@ -772,12 +773,12 @@ def _meta_learning(strategy: Any) -> bool:
     return strategy in STRATEGIES and StrategySpec.parse(strategy).kind.meta_learning
 
 
-def _check_preset_applied(values: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+def _check_preset_applied(values: Mapping[str, Any], given: Mapping[str, Any], forecasting: bool) -> None:
     """A run config that names a preset other than the default job's but holds the default job's value for
     every key where the two differ: ``forecaster = "paper"`` given to ``flwr run`` alone, over the app's
     ``pyproject.toml``.  Running it would run the default job under the preset's name."""
     name = values["forecaster"]
-    if name == DEFAULT_JOB or name not in FORECASTERS or not _forecasting(values):
+    if name == DEFAULT_JOB or name not in FORECASTERS or not forecasting:
         return
     preset, job = FORECASTERS[name], FORECASTERS[DEFAULT_JOB]
     differ = [key for key in preset if preset[key] != job[key]]
@@ -789,13 +790,13 @@ def _check_preset_applied(values: Mapping[str, Any], given: Mapping[str, Any]) -
             f"--run-config 'forecaster=\"{name}\"' applies the file itself")
 
 
-def _drop_default_job_water_keys(values: dict[str, Any]) -> None:
+def _drop_default_job_water_keys(values: dict[str, Any], forecasting: bool) -> None:
     """A task other than water over ``pyproject.toml`` alone (``flwr run . --run-config 'task="vision"'``):
     every preset key still holds the default job's value, which is the water forecaster's, so each is set
     back to its default, as ``paper`` holds them (20 rounds, every node evaluated; the water-only keys do
     nothing for other tasks, and the checks would refuse them).  A run config that sets any of them otherwise
     keeps them all as given."""
-    if _forecasting(values) or values["forecaster"] != DEFAULT_JOB:
+    if forecasting or values["forecaster"] != DEFAULT_JOB:
         return
     job = FORECASTERS[DEFAULT_JOB]
     if all(values[key] == value for key, value in job.items()):

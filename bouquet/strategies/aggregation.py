@@ -184,9 +184,13 @@ class HKRule:
         self.params = params if params is not None else HKParams()
         self.record_trajectories = record_trajectories
         self.label = f"HK {self.params.geometry} tau={self.params.tau}"
-        self.tau: float | None = self.params.tau
 
     tau_settable = True
+
+    @property
+    def tau(self) -> float | None:
+        """The confidence bound the rule runs at (``params.tau``)."""
+        return self.params.tau
 
     def partition(self, opinions: np.ndarray, node_ids: tuple[int, ...], updates: ClientUpdates) -> Partition:
         result = hk_coalitions(opinions, self.params, record=self.record_trajectories)

@@ -45,7 +45,8 @@ class Hook:
 
     def on_round_end(self, server_round: int, state: ServerState, result: Result) -> None:
         """A round is complete and every record of it written: the strategy's whole state after it (what a
-        checkpoint saves) and the run's metrics until now."""
+        checkpoint saves) and the run's metrics until now.  The strategy calls only the hooks that override
+        this, so the state is built only when one reads it."""
         return
 
     def should_stop(self, server_round: int, result: Result) -> bool:

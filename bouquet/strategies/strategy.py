@@ -429,9 +429,11 @@ class BouquetStrategy(Strategy):
                 if res is not None:
                     result.evaluate_metrics_serverapp[server_round] = res
             self.server_round = server_round
-            state = self.state()
-            for hook in hooks:
-                hook.on_round_end(server_round, state, result)
+            ending = [hook for hook in hooks if type(hook).on_round_end is not Hook.on_round_end]
+            if ending:  # the whole state is built once a round, and only for hooks that read it (checkpoints)
+                state = self.state()
+                for hook in ending:
+                    hook.on_round_end(server_round, state, result)
             stop = [hook.should_stop(server_round, result) for hook in hooks]  # every hook is asked
             if any(stop):
                 log.info("Stopping early after round %s", server_round)

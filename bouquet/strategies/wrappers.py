@@ -18,6 +18,7 @@ The composing functions (:func:`selection_strategy`, :func:`ifca_strategy`, :fun
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -482,18 +483,8 @@ def selection_strategy(selector: Selector, aggregator: Aggregator | BouquetStrat
     selection = SelectionParams(mode, sketch_fraction, sketch_batch_size, candidates_per_round, query_timeout,
                                 max_sketch_age)
     if isinstance(aggregator, BouquetStrategy):
-        given = {name: value for name, value, default in (
-            ("fraction_evaluate", fraction_evaluate, _S.fraction_evaluate),
-            ("min_evaluate_nodes", min_evaluate_nodes, _S.min_evaluate_nodes),
-            ("min_available_nodes", min_available_nodes, _S.min_available_nodes), ("seed", seed, _S.seed),
-            ("node_wait_seconds", node_wait_seconds, _S.node_wait_seconds),
-            ("identify_nodes", identify_nodes, _S.identify_nodes),
-            ("weighted_by_key", weighted_by_key, _K.weighted_by_key),
-            ("arrayrecord_key", arrayrecord_key, _K.arrayrecord_key),
-            ("configrecord_key", configrecord_key, _K.configrecord_key),
-            ("train_metrics_aggr_fn", train_metrics_aggr_fn, None),
-            ("evaluate_metrics_aggr_fn", evaluate_metrics_aggr_fn, None), ("recorder", recorder, None))
-            if value != default}
+        args = locals()
+        given = {name: args[name] for name, default in _DROP_IN_SETTINGS.items() if args[name] != default}
         return _selection_in_front(aggregator, selector, clients_per_round, selection, given)
     sampling = SamplingParams(clients_per_round=clients_per_round, fraction_evaluate=fraction_evaluate,
                               min_evaluate_nodes=min_evaluate_nodes, min_available_nodes=min_available_nodes,
@@ -502,6 +493,13 @@ def selection_strategy(selector: Selector, aggregator: Aggregator | BouquetStrat
                      aggregator if aggregator is not None else WeightedMean(),
                      RecordParams(weighted_by_key, arrayrecord_key, configrecord_key), train_metrics_aggr_fn,
                      evaluate_metrics_aggr_fn, recorder)
+
+
+#: The arguments of :func:`selection_strategy` that a drop-in in front of which it goes sets itself (its sampling
+#: and record settings), with their defaults: the parameters with a default that are not the selection's own.
+_DROP_IN_SETTINGS = {p.name: p.default for p in inspect.signature(selection_strategy).parameters.values()
+                     if p.default is not p.empty and p.name != "aggregator"
+                     and p.name not in {f.name for f in dataclasses.fields(SelectionParams)}}
 
 
 def _selection_in_front(strategy: BouquetStrategy, selector: Selector, budget: int, selection: SelectionParams,
