@@ -416,8 +416,11 @@ class AppConfig:
         if self.coalitions.opinion_arrays.strip() and not family.opinions:
             raise ConfigError(f"run-config 'hk-opinion-arrays': the arrays HK reads, but strategy {spec.name!r} "
                               f"is not HK (use {family_names(lambda f: f.opinions)})")
-        for key, value in (("coalition-min-fraction", self.coalitions.min_coalition_fraction),
-                           ("coalition-update-norm-bound", self.coalitions.update_norm_bound)):
+        c, off = self.coalitions, CoalitionParams()
+        for key, value in (("coalition-robust", c.robust),
+                           ("coalition-min-fraction", c.min_coalition_fraction != off.min_coalition_fraction),
+                           ("coalition-update-norm-bound", c.update_norm_bound != off.update_norm_bound),
+                           ("coalition-update-min-cosine", c.update_min_cosine != off.update_min_cosine)):
             if value and not family.coalitions:
                 raise ConfigError(f"run-config {key!r}: a robust option of coalition aggregation, but strategy "
                                   f"{spec.name!r} forms no coalitions (use {coalitions})")

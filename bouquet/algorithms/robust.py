@@ -1,9 +1,10 @@
-"""Robust coalition aggregation: update clipping and a minimum coalition size (pure numpy, no Flower).
+"""Robust coalition aggregation: update clipping, a direction screen, a minimum coalition size (pure numpy).
 
 The HK paper's eq. 16 gives each of the K coalitions weight 1/K, so a client that forms a coalition of
 its own gets 1/K of the next model, far more than the 1/S FedAvg gives it, and both HK rules are
 norm-invariant, so a client that scales its model joins a coalition and pulls its barycenter as far as
-it likes.  Two options of the coalition aggregator close these holes (``docs/METHODS.md``, "Robust
+it likes, and in weight space a sign-flipped update leaves the model within cosine 0.99 of the others, so
+it joins the one coalition.  Three options of the coalition aggregator close these holes (``docs/METHODS.md``, "Robust
 coalitions"); both are off by default, which leaves eq. 15-16 bit for bit:
 
 :func:`clip_updates`
@@ -11,6 +12,11 @@ coalitions"); both are off by default, which leaves eq. 15-16 bit for bit:
     most ``bound`` times the round's median update norm, before the coalition rule sees it and before
     averaging.  Stops the *scale* attack (and bounds any one client's pull); a client below the cap is
     unchanged.
+:func:`direction_screen`
+    Each update's cosine with the round's coordinate-wise median update; a client below ``min_cosine`` is
+    left out of the round (before the rule).  The median is the honest direction while attackers are
+    fewer than half, so a flipped update (``-u``), an inner-product manipulation (``-s mean``) or noise
+    that points away from it is dropped whatever its norm.  Stops *sign-flip* and *IPM*.
 :func:`robust_coalition_weights`
     eq. 16 over the coalitions that hold at least ``min_fraction`` of the round's clients; smaller
     coalitions get weight 0 in the shared model (with per-coalition models they still get their own
@@ -20,11 +26,67 @@ coalitions"); both are off by default, which leaves eq. 15-16 bit for bit:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from bouquet.algorithms.hk import coalition_weights, member_shares
 
-__all__ = ["clip_updates", "robust_coalition_weights"]
+__all__ = ["ROBUST_FORM", "RobustForm", "clip_updates", "direction_screen", "robust_coalition_weights"]
+
+
+@dataclass(frozen=True)
+class RobustForm:
+    """The values of the three robust options (``coalition-update-norm-bound``, ``coalition-update-min-cosine``,
+    ``coalition-min-fraction``) that ``coalition-robust = true`` / ``HKFedAvg(robust=True)`` turns on."""
+
+    update_norm_bound: float
+    update_min_cosine: float
+    min_coalition_fraction: float
+
+
+#: The form the attack study chose on validation (``docs/results/attacks.md``, "The study under the
+#: protocol"; design ``experiments/attacks/studies/protocol.toml``).
+ROBUST_FORM = RobustForm(update_norm_bound=2.0, update_min_cosine=0.0, min_coalition_fraction=0.34)
+
+
+def direction_screen(updates: np.ndarray, min_cosine: float) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows point along the coordinate-wise median row: ``cos(u_i, median_j u_j) >= min_cosine``.
+
+    The reference ``m`` is the coordinate-wise median of the rows (float64); row ``i``'s score is
+    ``u_i . m / (||u_i|| ||m||)``, 0 for a zero row or a zero median (no direction to judge).  When no row
+    reaches ``min_cosine`` every row is kept (the screen has nothing to stand on).  With fewer than half
+    of the rows adversarial the median lies inside the honest rows' coordinate ranges, so a flipped honest
+    update scores the negative of its honest twin.
+
+    Parameters
+    ----------
+    updates : array, shape (S, d)
+        The round's updates ``w_i - theta_i``, one per row (not modified).
+    min_cosine : float
+        The threshold, in [-1, 1]; -1 keeps every row.
+
+    Returns
+    -------
+    (numpy.ndarray of bool, shape (S,), numpy.ndarray of shape (S,))
+        The rows kept, and every row's cosine with the median.
+    """
+    if not (np.isfinite(min_cosine) and -1.0 <= min_cosine <= 1.0):
+        raise ValueError(f"min_cosine must be in [-1, 1], got {min_cosine}")
+    updates = np.asarray(updates)
+    if updates.ndim != 2 or updates.shape[0] == 0:
+        raise ValueError(f"updates must be a non-empty (S, d) matrix, got shape {updates.shape}")
+    rows = updates.astype(np.float64)
+    if not np.isfinite(rows).all():
+        raise ValueError("updates must be finite")
+    median = np.median(rows, axis=0)
+    norms = np.linalg.norm(rows, axis=1) * np.linalg.norm(median)
+    cosines = np.divide(rows @ median, norms, out=np.zeros(len(rows)), where=norms > 0)
+    cosines = np.clip(cosines, -1.0, 1.0)
+    keep = cosines >= min_cosine
+    if not keep.any():
+        keep[:] = True
+    return keep, cosines
 
 
 def clip_updates(updates: np.ndarray, bound: float) -> tuple[np.ndarray, np.ndarray]:

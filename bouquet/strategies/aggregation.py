@@ -41,7 +41,7 @@ from bouquet.algorithms.memory import (
     otsu_threshold,
     together_evidence,
 )
-from bouquet.algorithms.robust import clip_updates, robust_coalition_weights
+from bouquet.algorithms.robust import clip_updates, direction_screen, robust_coalition_weights
 from bouquet.strategies.hooks import Hook
 from bouquet.strategies.params import CoalitionParams
 from bouquet.strategies.rounds import Aggregate, ClientUpdates, RoundEvent
@@ -246,7 +246,9 @@ class Coalitions(AggregatorDefaults):
 
     Robust options (``params``; off by default, which is eq. 15-16 bit for bit): ``update_norm_bound``
     clips each update ``w_i - theta_i`` to that multiple of the round's median update norm before the rule
-    and before averaging (the report lists the ``clipped-nodes``); ``min_coalition_fraction`` leaves the
+    and before averaging (the report lists the ``clipped-nodes``); ``update_min_cosine`` first leaves out
+    of the round the replies whose update points away from the round's median update (``screened-nodes``);
+    ``min_coalition_fraction`` leaves the
     coalitions smaller than that fraction of the round out of the shared model (``left-out`` clients; their
     coalition's barycenter is still their personal model).  See :mod:`bouquet.algorithms.robust`.
 
@@ -292,9 +294,15 @@ class Coalitions(AggregatorDefaults):
             matrix = matrix[nonzero]
             kept = updates.subset(nonzero)
         robust: dict[str, Any] = {}
+        if self.params.update_min_cosine > -1:
+            keep, screened_nodes = self._screen(matrix, layout, kept)
+            robust = {"screened": len(screened_nodes), "screened-nodes": screened_nodes}
+            if not keep.all():
+                matrix = matrix[keep]
+                kept = kept.subset(keep)
         if self.params.update_norm_bound > 0:
             matrix, clipped_nodes = self._clip(matrix, layout, kept)
-            robust = {"clipped": len(clipped_nodes), "clipped-nodes": clipped_nodes}
+            robust |= {"clipped": len(clipped_nodes), "clipped-nodes": clipped_nodes}
         if self.memory.active:
             labels, partition, names, served = self._remembered_partition(matrix, layout, kept)
         else:
@@ -326,12 +334,21 @@ class Coalitions(AggregatorDefaults):
         artifacts = {"hk-trajectory": partition.trajectory} if partition.trajectory is not None else {}
         summary = (f"{self.label} -> K={len(sizes)} coalitions, sizes {sizes}, {report['singletons']} singletons"
                    + "".join(f", {k} {v}" for k, v in partition.report.items())
-                   + "".join(f", {k} {v}" for k, v in robust.items() if k != "clipped-nodes"))
+                   + "".join(f", {k} {v}" for k, v in robust.items() if not k.endswith("-nodes")))
         return Aggregate(model=layout.unflatten(aggregate, template), report=report,
                          tables={"coalitions": rows, "coalition_models": model_rows}, artifacts=artifacts,
                          labels=labels, node_ids=kept.node_ids, summary=summary,
                          groups={keys[label]: model for label, model in enumerate(models)},
                          assignment=assignment)
+
+    def _screen(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> tuple[np.ndarray, list[int]]:
+        """Which replies the direction screen keeps (``update_min_cosine``), and the nodes it left out."""
+        references = kept.reference_matrix(layout, matrix.dtype)
+        keep, cosines = direction_screen(matrix - references, self.params.update_min_cosine)
+        for row in np.flatnonzero(~keep):
+            log.info("round %d: reply of node %d left out: its update's cosine with the median update is %.3f",
+                     kept.server_round, int(kept.node_ids[row]), cosines[row])
+        return keep, [int(kept.node_ids[row]) for row in np.flatnonzero(~keep)]
 
     def _clip(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> tuple[np.ndarray, list[int]]:
         """The models with each update clipped to ``update_norm_bound`` x the median norm, and who was clipped."""
@@ -483,6 +500,8 @@ class Coalitions(AggregatorDefaults):
             line += (f", coalition memory ({m.evidence} evidence, decay {m.decay:g}, tau {m.tau}, formation "
                      f"{m.formation}; coalitions keep "
                      "their names, and every member is served its coalition's fresh model)")
+        if p.update_min_cosine > -1:
+            line += f", updates with a cosine under {p.update_min_cosine:g} with the median update left out"
         if p.update_norm_bound > 0:
             line += f", updates clipped at {p.update_norm_bound:g} x the median norm"
         if p.min_coalition_fraction > 0:
@@ -504,7 +523,8 @@ def fixed_k_aggregator(fixed_k: FixedKParams, coalitions: CoalitionParams,
     arrays, no trajectories)."""
     kept = CoalitionParams(barycenter_weighting=coalitions.barycenter_weighting,
                            min_coalition_fraction=coalitions.min_coalition_fraction,
-                           update_norm_bound=coalitions.update_norm_bound)
+                           update_norm_bound=coalitions.update_norm_bound,
+                           update_min_cosine=coalitions.update_min_cosine)
     return Coalitions(FixedKRule(fixed_k), kept, memory)
 
 

@@ -9,10 +9,11 @@ to FedProx's train-config entry.  Defaults live here and nowhere else; validatio
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 from bouquet.algorithms.hk import WEIGHTINGS
+from bouquet.algorithms.robust import ROBUST_FORM
 from bouquet.params import RunConfigKeys, require
 
 __all__ = [
@@ -239,6 +240,17 @@ class CoalitionParams:
         of client ``i`` is then the concatenation of those arrays of ``w_i`` (or of ``w_i - theta``).
         Aggregation always averages whole models.  Our option (``docs/METHODS.md``): on the small CNN the
         feature extractor's updates tell the known groups apart from round 1, the whole update does not.
+
+    update_min_cosine : float, default -1.0
+        Robust option: a client whose update ``w_i - theta`` has a cosine below this with the round's
+        coordinate-wise median update is left out of the round, before the rule
+        (:func:`bouquet.algorithms.robust.direction_screen`; stops sign flips and IPM).  -1 is off (the
+        paper: every client is kept); in [-1, 1].
+    robust : bool, default False
+        Turns on the robust options as the attack study chose them on validation
+        (:data:`bouquet.algorithms.robust.ROBUST_FORM`: updates clipped at 2 x the median norm, the direction
+        screen at cosine 0, coalitions under 34 % of the round left out).  Setting one of those three
+        options to another value as well is an error.
     """
 
     #: How the run config names its fields (bouquet.config reads it).
@@ -254,8 +266,19 @@ class CoalitionParams:
     min_coalition_fraction: float = 0.0
     update_norm_bound: float = 0.0
     opinion_arrays: str = ""
+    update_min_cosine: float = -1.0
+    robust: bool = False
 
     def __post_init__(self) -> None:
+        if self.robust:  # each option may hold its "off" default or the form's value, nothing else
+            defaults = {f.name: f.default for f in fields(self)}
+            for f in fields(ROBUST_FORM):
+                name = f.name
+                value, default, chosen = getattr(self, name), defaults[name], getattr(ROBUST_FORM, name)
+                require(value in (default, chosen), name,
+                        f"robust = true sets {name} to {chosen:g}; it is also set to {value:g}: "
+                        f"give one or the other")
+                object.__setattr__(self, name, chosen)
         require(self.barycenter_weighting in WEIGHTINGS, "barycenter_weighting",
                 f"barycenter_weighting must be one of {WEIGHTINGS}, got {self.barycenter_weighting!r}")
         require(self.opinion_space in OPINION_SPACES, "opinion_space",
@@ -264,6 +287,8 @@ class CoalitionParams:
                 f"min_coalition_fraction must be in [0, 1], got {self.min_coalition_fraction}")
         require(math.isfinite(self.update_norm_bound) and self.update_norm_bound >= 0, "update_norm_bound",
                 f"update_norm_bound must be 0 (off) or a finite number > 0, got {self.update_norm_bound}")
+        require(math.isfinite(self.update_min_cosine) and -1.0 <= self.update_min_cosine <= 1.0,
+                "update_min_cosine", f"update_min_cosine must be in [-1, 1] (-1: off), got {self.update_min_cosine}")
         require(isinstance(self.opinion_arrays, str) and all(self.opinion_prefixes), "opinion_arrays",
                 f"opinion_arrays must be comma-separated array-name prefixes (empty: every array), "
                 f"got {self.opinion_arrays!r}")

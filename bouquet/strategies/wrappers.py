@@ -203,6 +203,12 @@ class HKFedAvg(BouquetStrategy):
     opinion_arrays : str, default ""
         Comma-separated prefixes of the array names HK reads (``"features."``); empty: every array (the
         paper).  Aggregation always averages whole models.
+    update_min_cosine : float, default -1.0
+        Robust option: leave out of the round each client whose update has a cosine below this with the
+        round's coordinate-wise median update (-1: off, the paper).
+    robust : bool, default False
+        The robust options as the attack study chose them on validation
+        (:data:`bouquet.algorithms.robust.ROBUST_FORM`); giving one of them another value too is an error.
     memory : bool or str or MemoryParams, default False
         Coalition memory (``docs/METHODS.md``, "Coalition memory"): False, each round's coalitions from that
         round alone (the paper); True, the form the groups study chose on validation
@@ -229,6 +235,8 @@ class HKFedAvg(BouquetStrategy):
                  min_coalition_fraction: float = CoalitionParams.min_coalition_fraction,
                  update_norm_bound: float = CoalitionParams.update_norm_bound,
                  opinion_arrays: str = CoalitionParams.opinion_arrays,
+                 update_min_cosine: float = CoalitionParams.update_min_cosine,
+                 robust: bool = CoalitionParams.robust,
                  memory: bool | str | MemoryParams = False,
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
@@ -236,7 +244,7 @@ class HKFedAvg(BouquetStrategy):
         hk = HKParams(geometry=geometry, tau=tau, eps_l=eps_l, eps_r=eps_r, delta=delta, s_max=s_max,
                       coalition_tol=coalition_tol, opinions=opinions, barycenter_weighting=barycenter_weighting)
         coalitions = CoalitionParams(barycenter_weighting, opinion_space, record_trajectories, min_coalition_fraction,
-                                     update_norm_bound, opinion_arrays)
+                                     update_norm_bound, opinion_arrays, update_min_cosine, robust)
         _dropin(self, locals(), _coalitions("HKFedAvg", lambda m: hk_aggregator(hk, coalitions, m), memory),
                 models=model_store(ModelStoreParams(coalition_models)))
 
@@ -262,6 +270,10 @@ class FixedKFedAvg(BouquetStrategy):
     coalition_models : {"shared", "personal"}, default "shared"
     min_coalition_fraction, update_norm_bound : float, default 0.0
         As in :class:`HKFedAvg` (0: the paper's eq. 16, no clipping).
+    update_min_cosine : float, default -1.0
+        As in :class:`HKFedAvg` (-1: no direction screen).
+    robust : bool, default False
+        As in :class:`HKFedAvg`.
     memory : bool or str or MemoryParams, default False
         As in :class:`HKFedAvg`; a form that needs the rule's own threshold (``MemoryParams(active=True,
         formation="linkage")``: fixed-K has K, not tau) is an error naming ``memory``.
@@ -278,13 +290,16 @@ class FixedKFedAvg(BouquetStrategy):
                  coalition_models: str = ModelStoreParams.coalition_models,
                  min_coalition_fraction: float = CoalitionParams.min_coalition_fraction,
                  update_norm_bound: float = CoalitionParams.update_norm_bound,
+                 update_min_cosine: float = CoalitionParams.update_min_cosine,
+                 robust: bool = CoalitionParams.robust,
                  memory: bool | str | MemoryParams = False,
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
                  node_wait_seconds: float = _S.node_wait_seconds, identify_nodes: bool = _S.identify_nodes,
                  recorder: Recorder | None = None) -> None:
         coalitions = CoalitionParams(barycenter_weighting=barycenter_weighting,
                                      min_coalition_fraction=min_coalition_fraction,
-                                     update_norm_bound=update_norm_bound)
+                                     update_norm_bound=update_norm_bound, update_min_cosine=update_min_cosine,
+                                     robust=robust)
         _dropin(self, locals(), _coalitions("FixedKFedAvg", lambda m: fixed_k_aggregator(FixedKParams(k, geometry),
                                                                                            coalitions, m), memory),
                 models=model_store(ModelStoreParams(coalition_models)))

@@ -1,0 +1,246 @@
+"""The attack study under the protocol: its design, each run's honest error, the choice on validation, the table.
+
+A study is written down before its confirmatory runs (``experiments/attacks/studies/<name>.toml``,
+:class:`AttackStudyDesign`): the task and profile, the arms with the grid each defence is tuned over (every
+tuned arm gets the same number of candidates), the threat conditions the choice is made under, the
+attacks and attacker fractions of the confirmatory runs, and disjoint tuning and confirmatory data seeds.
+
+* **Choice** (:func:`tuning_frame`, then :func:`bouquet.tuning.choose_on_validation`): per arm, the candidate
+  with the lowest honest validation error at the last round, averaged over the tuning conditions and seeds.
+  The defender does not know which attack comes, so one setting is chosen for all of them.  No test image is
+  read (``score-test = false``).
+* **Table** (:func:`attack_table`): per arm and condition, the honest clients' mean test error at the last
+  round over the confirmatory seeds, and its paired 95 % t interval against the oracle of the same seeds
+  (FedAvg whose server drops the attackers' replies: what a perfect defence reaches).
+* **Comparisons** (:func:`comparisons`): per condition, robust HK minus the oracle and minus the best of
+  Flower's robust rules, paired over the seeds.
+
+Pure pandas / numpy.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bouquet.algorithms.attacks import ATTACKS
+from bouquet.results import RunFolder
+from bouquet.tuning import Candidate, expand_grid, paired_interval
+
+__all__ = ["NO_ATTACK", "AttackStudyDesign", "StudyArm", "attack_table", "comparisons", "condition_name",
+           "honest_error", "tuning_frame"]
+
+#: The condition without attackers.
+NO_ATTACK = ("none", 0.0)
+
+
+def condition_name(attack: str, fraction: float) -> str:
+    """A condition's folder and column name (``none-0`` without attackers)."""
+    return "none-0" if fraction == 0 else f"{attack}-{fraction:g}"
+
+
+@dataclass(frozen=True)
+class StudyArm:
+    """One arm: its layer under ``experiments/attacks/arms``, extra fixed keys, and the grid it is tuned over."""
+
+    name: str
+    layer: str
+    keys: Mapping[str, Any] = field(default_factory=dict)
+    grid: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+
+    def candidates(self) -> list[Candidate]:
+        """Every grid point (one candidate, the arm itself, without a grid)."""
+        return expand_grid(self.name, self.keys, self.grid)
+
+
+@dataclass(frozen=True)
+class AttackStudyDesign:
+    """What an attack study runs and reports, fixed before its confirmatory runs.
+
+    Parameters
+    ----------
+    data, profile : str
+        The data and profile layers (``experiments/attacks``).
+    keys : mapping
+        Run-config keys every run gets (the validation split).
+    arms : sequence of StudyArm
+        Every arm; the tuned ones (with a grid) must all have the same number of candidates.
+    oracle : str
+        The arm that drops the attackers' replies; it runs under the first attack of each fraction only, which
+        stands for every attack (the attackers, drawn from the seed and fraction, are the same, and their
+        replies never reach the mean).
+    robust : str
+        The robust HK arm the comparisons are about.
+    flower : sequence of str
+        Flower's robust rules among the arms (the comparison takes the best of them per condition).
+    tune_conditions : sequence of (attack, fraction)
+        The threat model the choice is made under.
+    attacks : sequence of str
+    fractions : sequence of float
+        The confirmatory conditions: no attack, and every attack at every fraction.
+    tune_seeds, seeds : sequence of int
+        Data seeds (the image split, the partition, the attackers, the initial model); disjoint.
+    """
+
+    data: str
+    profile: str
+    keys: Mapping[str, Any]
+    arms: tuple[StudyArm, ...]
+    oracle: str
+    robust: str
+    flower: tuple[str, ...]
+    tune_conditions: tuple[tuple[str, float], ...]
+    attacks: tuple[str, ...]
+    fractions: tuple[float, ...]
+    tune_seeds: tuple[int, ...]
+    seeds: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.arms or not self.seeds or not self.tune_seeds or not self.attacks or not self.fractions:
+            raise ValueError("the study design needs arms, attacks, fractions, tune-seeds and seeds")
+        if set(self.tune_seeds) & set(self.seeds):
+            raise ValueError(f"tune-seeds and seeds must be disjoint (the choice must not see the confirmatory "
+                             f"data), both hold {sorted(set(self.tune_seeds) & set(self.seeds))}")
+        names = [arm.name for arm in self.arms]
+        for role, name in [("oracle", self.oracle), ("robust", self.robust), *(("flower", f) for f in self.flower)]:
+            if name not in names:
+                raise ValueError(f"{role} arm {name!r} is not among the arms {names}")
+        sizes = {arm.name: len(arm.candidates()) for arm in self.arms if arm.grid}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"every tuned arm gets the same tuning budget; candidates per arm: {sizes}")
+        bad = [a for a in (*self.attacks, *(c[0] for c in self.tune_conditions)) if a not in ATTACKS]
+        if bad:
+            raise ValueError(f"unknown attacks {bad}; choose among {ATTACKS}")
+        if any(not 0 < f < 0.5 for f in self.fractions):
+            raise ValueError(f"fractions must be in (0, 0.5) (a defence needs an honest majority), got {self.fractions}")
+
+    @classmethod
+    def load(cls, path: str | Path) -> AttackStudyDesign:
+        """Read a design TOML; an unknown or missing key is an error naming it."""
+        raw = tomllib.loads(Path(path).read_text())
+        needed = {"data", "profile", "keys", "arms", "oracle", "robust", "flower", "tune-conditions", "attacks",
+                  "fractions", "tune-seeds", "seeds"}
+        unknown, missing = sorted(set(raw) - needed - {"description"}), sorted(needed - set(raw))
+        if unknown or missing:
+            raise ValueError(f"{path}: unknown keys {unknown}, missing keys {missing}")
+        arms = []
+        for name, spec in raw["arms"].items():
+            extra = sorted(set(spec) - {"layer", "keys", "grid"})
+            if extra:
+                raise ValueError(f"{path}: arm {name!r} has unknown keys {extra} (layer, keys, grid)")
+            arms.append(StudyArm(name, str(spec.get("layer", name)), dict(spec.get("keys", {})),
+                                 dict(spec.get("grid", {}))))
+        return cls(str(raw["data"]), str(raw["profile"]), dict(raw["keys"]), tuple(arms), str(raw["oracle"]),
+                   str(raw["robust"]), tuple(raw["flower"]),
+                   tuple((str(a), float(f)) for a, f in raw["tune-conditions"]), tuple(raw["attacks"]),
+                   tuple(float(f) for f in raw["fractions"]), tuple(int(s) for s in raw["tune-seeds"]),
+                   tuple(int(s) for s in raw["seeds"]))
+
+    def arm(self, name: str) -> StudyArm:
+        return next(a for a in self.arms if a.name == name)
+
+    def conditions(self) -> list[tuple[str, float]]:
+        """The confirmatory conditions: no attack, then every attack at every fraction."""
+        return [NO_ATTACK, *((a, f) for a in self.attacks for f in self.fractions)]
+
+    def conditions_of(self, arm: str) -> list[tuple[str, float]]:
+        """The conditions ``arm`` runs under (the oracle: no attack and the first attack at each fraction)."""
+        if arm == self.oracle:
+            return [NO_ATTACK, *((self.attacks[0], f) for f in self.fractions)]
+        return self.conditions()
+
+
+def honest_error(run: RunFolder, metric: str) -> float:
+    """The honest clients' mean error (%) at the run's last round on ``metric`` (``accuracy``: the test images,
+    ``val-accuracy``: validation), from ``evaluate_clients.csv`` (attackers left out)."""
+    clients = run.table("evaluate_clients")
+    if metric not in clients:
+        raise ValueError(f"{run.path}: no {metric!r} in evaluate_clients.csv (columns {list(clients.columns)})")
+    last = clients[clients["round"] == clients["round"].max()]
+    if "attacker" in last:
+        last = last[~last["attacker"].astype(str).str.lower().eq("true")]
+    if last.empty:
+        raise ValueError(f"{run.path}: no honest client was evaluated at the last round")
+    return float(100.0 * (1.0 - last[metric].astype(float).mean()))
+
+
+def tuning_frame(errors: Mapping[tuple[str, str, str, int], float]) -> pd.DataFrame:
+    """The tuning runs as :func:`bouquet.tuning.choose_on_validation` reads them: ``errors`` maps (arm,
+    candidate, condition, seed) to the honest validation error; one row each, ``seed`` = ``condition:seed``, so
+    the choice averages over conditions and seeds alike."""
+    return pd.DataFrame([{"arm": arm, "candidate": candidate, "seed": f"{condition}:{seed}", "val-error": error}
+                         for (arm, candidate, condition, seed), error in errors.items()])
+
+
+def _by_seed(errors: Mapping[tuple[str, str, int], float], arm: str, condition: str, seeds: Sequence[int]
+             ) -> np.ndarray | None:
+    values = [errors.get((arm, condition, s)) for s in seeds]
+    return None if any(v is None for v in values) else np.array(values, dtype=float)
+
+
+def _oracle_condition(design: AttackStudyDesign, condition: str) -> str:
+    """The oracle's run that stands for ``condition`` (the first attack at the same fraction)."""
+    if condition == condition_name(*NO_ATTACK):
+        return condition
+    fraction = float(condition.rsplit("-", 1)[1])
+    return condition_name(design.attacks[0], fraction)
+
+
+def attack_table(errors: Mapping[tuple[str, str, int], float], design: AttackStudyDesign,
+                 arms: Sequence[str]) -> pd.DataFrame:
+    """Per arm and condition: seeds, mean honest test error, its sample std, and the paired difference to the
+    oracle of the same seeds with its 95 % half-width.
+
+    Parameters
+    ----------
+    errors : mapping
+        (arm, condition, seed) -> honest test error (%); the oracle's under its own conditions.
+    design : AttackStudyDesign
+    arms : sequence of str
+        The rows, in order.
+    """
+    rows = []
+    for arm in arms:
+        for attack, fraction in design.conditions():
+            condition = condition_name(attack, fraction)
+            here = condition if arm != design.oracle else _oracle_condition(design, condition)
+            values = _by_seed(errors, arm, here, design.seeds)
+            if values is None:
+                continue
+            oracle = _by_seed(errors, design.oracle, _oracle_condition(design, condition), design.seeds)
+            gap = paired_interval(values, oracle) if oracle is not None else None
+            rows.append({"arm": arm, "attack": attack, "fraction": fraction, "seeds": len(values),
+                         "error": values.mean(), "std": values.std(ddof=1) if len(values) > 1 else np.nan,
+                         "vs-oracle": gap.mean if gap else np.nan, "vs-oracle-half": gap.half_width if gap else np.nan})
+    return pd.DataFrame(rows)
+
+
+def comparisons(errors: Mapping[tuple[str, str, int], float], design: AttackStudyDesign) -> pd.DataFrame:
+    """Per attacked condition: robust HK minus the oracle and minus the best of Flower's rules (the one with the
+    lowest mean there), paired over the seeds; ``within-5%``: robust HK's mean is within 5 % of the oracle's."""
+    rows = []
+    for attack, fraction in design.conditions()[1:]:
+        condition = condition_name(attack, fraction)
+        robust = _by_seed(errors, design.robust, condition, design.seeds)
+        oracle = _by_seed(errors, design.oracle, _oracle_condition(design, condition), design.seeds)
+        flower = {f: v for f in design.flower if (v := _by_seed(errors, f, condition, design.seeds)) is not None}
+        if robust is None or oracle is None:
+            continue
+        row: dict[str, Any] = {"attack": attack, "fraction": fraction}
+        gap = paired_interval(robust, oracle)
+        row |= {"robust-hk": robust.mean(), "oracle": oracle.mean(), "minus-oracle": gap.mean,
+                "minus-oracle-half": gap.half_width,
+                "within-5%": bool(robust.mean() <= 1.05 * oracle.mean())}
+        if flower:
+            best = min(flower, key=lambda f: flower[f].mean())
+            versus = paired_interval(robust, flower[best])
+            row |= {"best-flower": best, "best-flower-error": flower[best].mean(), "minus-best-flower": versus.mean,
+                    "minus-best-flower-half": versus.half_width}
+        rows.append(row)
+    return pd.DataFrame(rows)
