@@ -94,20 +94,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def tune(design: AttackStudyDesign, out: Path, ray_address: str | None) -> dict[str, Candidate] | None:
     """Run the tuning and choose; the chosen candidate of every arm, or None while tuning runs are missing."""
-    runs = {(c, a, f, s): out / "tuning" / c.name / condition_name(a, f) / f"seed-{s}"
-            for arm in design.arms if arm.grid for c in arm.candidates()
-            for a, f in design.tune_conditions for s in design.tune_seeds}
+    candidates = {c.name: c for arm in design.arms if arm.grid for c in arm.candidates()}
+    runs = {(name, a, f, s): out / "tuning" / name / condition_name(a, f) / f"seed-{s}"
+            for name in candidates for a, f in design.tune_conditions for s in design.tune_seeds}
     print(f"tuning: {len(runs)} runs ({sum(1 for a in design.arms if a.grid)} tuned arms, "
           f"{len(design.tune_conditions)} conditions, {len(design.tune_seeds)} seeds); test images locked", flush=True)
-    jobs = [job(design, c, a, f, s, folder, locked=True) for (c, a, f, s), folder in runs.items()]
+    jobs = [job(design, candidates[n], a, f, s, folder, locked=True) for (n, a, f, s), folder in runs.items()]
     if run_jobs(ROOT, jobs, out / ".superlink", describe, ray_address=ray_address):
         return None
     missing = [folder for folder in runs.values() if not RunFolder(folder).finished]
     if missing:
         print(f"the choice waits for {len(missing)} tuning runs: {missing[:3]} ...", flush=True)
         return None
-    errors = {(c.arm, c.name, condition_name(a, f), s): honest_error(RunFolder(folder), "val-accuracy")
-              for (c, a, f, s), folder in runs.items()}
+    errors = {(candidates[n].arm, n, condition_name(a, f), s): honest_error(RunFolder(folder), "val-accuracy")
+              for (n, a, f, s), folder in runs.items()}
     chosen: dict[str, Candidate] = {arm.name: arm.candidates()[0] for arm in design.arms if not arm.grid}
     if errors:
         choices = choose_on_validation(tuning_frame(errors), "val-error")
