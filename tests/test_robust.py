@@ -6,7 +6,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.serverapp.strategy import Bulyan, FedMedian, FedTrimmedAvg, Krum, MultiKrum
 
 from bouquet.algorithms.hk import HKParams, coalition_weights, hk_aggregate
-from bouquet.algorithms.robust import clip_updates, robust_coalition_weights
+from bouquet.algorithms.robust import ROBUST_FORM, clip_updates, direction_screen, robust_coalition_weights
 from bouquet.config import AppConfig, ConfigError
 from bouquet.params import ParamError
 from bouquet.server_app import build_strategy
@@ -112,7 +112,89 @@ def test_min_fraction_refuses_out_of_range(fraction):
         robust_coalition_weights(np.array([0, 1]), min_fraction=fraction)
 
 
+def test_screen_hand_case():
+    # the median of the rows, coordinate by coordinate, is (1, 1); each cosine by hand below
+    updates = np.array([[1.0, 1.0], [2.0, 0.0], [0.0, 3.0], [-1.0, -1.0], [1.0, 2.0]])
+    keep, cosines = direction_screen(updates, 0.0)
+    root2 = np.sqrt(2.0)
+    expected = [1.0, 2 / (2 * root2), 3 / (3 * root2), -1.0, 3 / (np.sqrt(5) * root2)]
+    np.testing.assert_allclose(cosines, expected)
+    assert keep.tolist() == [True, True, True, False, True]
+    assert direction_screen(updates, 0.9)[0].tolist() == [True, False, False, False, True]
+
+
+def _slow_screen(updates, min_cosine):
+    """The reference: the median and each cosine by plain Python loops."""
+    rows = [[float(v) for v in row] for row in updates]
+    median = []
+    for j in range(len(rows[0])):
+        column = sorted(row[j] for row in rows)
+        mid = len(column) // 2
+        median.append(column[mid] if len(column) % 2 else (column[mid - 1] + column[mid]) / 2)
+    m_norm = sum(v * v for v in median) ** 0.5
+    cosines = []
+    for row in rows:
+        norm = sum(v * v for v in row) ** 0.5 * m_norm
+        cosines.append(0.0 if norm == 0 else max(-1.0, min(1.0, sum(a * b for a, b in zip(row, median)) / norm)))
+    keep = [c >= min_cosine for c in cosines]
+    return (keep if any(keep) else [True] * len(keep)), cosines
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_screen_equals_the_slow_reference_and_its_properties_hold(seed):
+    rng = np.random.default_rng(seed)
+    honest = rng.normal(size=(int(rng.integers(5, 12)), 7)) + rng.normal(size=7) * 3
+    flipped = -honest[: int(rng.integers(1, len(honest) // 2))]
+    updates = np.vstack([honest, flipped]).astype(np.float32)
+    threshold = float(rng.uniform(-0.5, 0.5))
+    keep, cosines = direction_screen(updates, threshold)
+    slow_keep, slow_cosines = _slow_screen(updates, threshold)
+    np.testing.assert_allclose(cosines, slow_cosines, atol=1e-12)
+    assert keep.tolist() == slow_keep
+    # a row scaled by a positive factor keeps its verdict only through its own cosine; the flipped twin of a
+    # kept honest row scores its negative while the median stays honest (fewer than half flipped)
+    same, _ = direction_screen(updates * np.array([[3.0]] * len(updates), dtype=np.float32), threshold)
+    assert same.tolist() == keep.tolist()
+    twins = cosines[len(honest):]
+    np.testing.assert_allclose(twins, -np.asarray(direction_screen(updates, -1.0)[1][: len(flipped)]), atol=1e-6)
+    assert direction_screen(updates, -1.0)[0].all()  # -1 keeps every row
+
+
+def test_screen_without_a_direction_keeps_every_row():
+    zero_median = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 0.0]])
+    keep, cosines = direction_screen(zero_median, 0.5)
+    assert keep.all() and (cosines == 0).all()
+
+
+@pytest.mark.parametrize("min_cosine", [-1.5, 1.01, np.nan])
+def test_screen_refuses_a_bad_threshold(min_cosine):
+    with pytest.raises(ValueError, match=r"min_cosine must be in \[-1, 1\]"):
+        direction_screen(np.ones((2, 2)), min_cosine)
+
+
+def test_screen_refuses_bad_updates():
+    with pytest.raises(ValueError, match="non-empty"):
+        direction_screen(np.ones(3), 0.0)
+    with pytest.raises(ValueError, match="finite"):
+        direction_screen(np.array([[1.0, np.inf], [1.0, 1.0]]), 0.0)
+
+
+def test_robust_true_is_the_studied_form_and_refuses_a_second_value():
+    params = CoalitionParams(robust=True)
+    assert (params.update_norm_bound, params.update_min_cosine, params.min_coalition_fraction) == (
+        ROBUST_FORM.update_norm_bound, ROBUST_FORM.update_min_cosine, ROBUST_FORM.min_coalition_fraction)
+    assert CoalitionParams(robust=True, update_norm_bound=ROBUST_FORM.update_norm_bound) == params
+    with pytest.raises(ParamError, match="robust = true sets update_min_cosine to 0; it is also set to 0.5") as error:
+        CoalitionParams(robust=True, update_min_cosine=0.5)
+    assert error.value.field == "update_min_cosine"
+    with pytest.raises(ValueError, match="robust = true sets update_norm_bound"):
+        HKFedAvg(robust=True, update_norm_bound=5.0)
+    assert HKFedAvg(robust=True).aggregator.params == CoalitionParams(robust=True)
+    assert FixedKFedAvg(robust=True).aggregator.params.update_min_cosine == ROBUST_FORM.update_min_cosine
+
+
 @pytest.mark.parametrize("field, value, message", [("min_coalition_fraction", 1.2, "must be in .0, 1."),
+                                                   ("update_min_cosine", -2.0, r"must be in \[-1, 1\]"),
                                                    ("update_norm_bound", -2.0, "0 .off. or a finite number"),
                                                    ("update_norm_bound", float("nan"), "finite number")])
 def test_params_name_the_field(field, value, message):
@@ -173,13 +255,35 @@ def test_a_scaled_client_is_clipped_to_the_bound():
     assert logged["clipped"] == 1 and logged["clipped-nodes"] == [100]
 
 
+def test_sign_flippers_in_weight_space_join_the_coalition_but_not_past_the_screen():
+    # 4 of 20 flip their update: in weight space (a common model far from 0) every model is within cosine
+    # 0.99 of the others, so the paper's rule keeps them in the one coalition; the screen leaves them out
+    rng = np.random.default_rng(3)
+    sent = rng.normal(size=3) * 20
+    truth = np.array([1.0, 0.5, -1.0])
+    honest = [reply(i + 1, vector(sent + truth + 0.3 * rng.normal(size=3))) for i in range(16)]
+    flipped = [reply(100 + i, vector(sent - truth - 0.3 * rng.normal(size=3))) for i in range(4)]
+    replies = honest + flipped
+    paper = aggregate(HKFedAvg(geometry="cosine", tau=0.75), replies, vector(sent)) - sent
+    recorder = ListRecorder()
+    screened = aggregate(HKFedAvg(geometry="cosine", tau=0.75, update_min_cosine=0.0, recorder=recorder), replies,
+                         vector(sent)) - sent
+    honest_mean = np.mean([r.content["arrays"]["w"].numpy() for r in honest], axis=0) - sent
+    assert np.linalg.norm(paper - honest_mean) > 0.3 * np.linalg.norm(truth)  # the flips pull the mean back
+    np.testing.assert_allclose(screened, honest_mean, atol=1e-4)
+    logged = recorder.rounds[-1][2]
+    assert logged["screened"] == 4 and logged["screened-nodes"] == [100, 101, 102, 103]
+    assert logged["coalitions"] == 1
+
+
 def test_defaults_are_the_papers_rule_bit_for_bit():
     rng = np.random.default_rng(11)
     rows = rng.normal(size=(9, 5)).astype(np.float32)
     replies = [reply(i + 1, vector(row)) for i, row in enumerate(rows)]
     expected, _ = hk_aggregate(rows, HKParams(geometry="cosine", tau=0.3))
     for strategy in (HKFedAvg(geometry="cosine", tau=0.3),
-                     HKFedAvg(geometry="cosine", tau=0.3, min_coalition_fraction=0.0, update_norm_bound=0.0)):
+                     HKFedAvg(geometry="cosine", tau=0.3, min_coalition_fraction=0.0, update_norm_bound=0.0,
+                              update_min_cosine=-1.0)):
         np.testing.assert_array_equal(aggregate(strategy, replies, vector(np.zeros(5))), expected)
 
 
@@ -208,6 +312,11 @@ def test_run_config_keys_reach_the_aggregator():
                                             "coalition-update-norm-bound": 3})
         params = build_strategy(config).aggregator.params
         assert (params.min_coalition_fraction, params.update_norm_bound) == (0.2, 3.0)
+    config = AppConfig.from_run_config({"strategy": "hk-cosine", "coalition-update-min-cosine": 0.1})
+    assert build_strategy(config).aggregator.params.update_min_cosine == 0.1
+    robust = AppConfig.from_run_config({"strategy": "hk-cosine", "coalition-robust": True})
+    assert build_strategy(robust).aggregator.params == CoalitionParams(robust=True)
+    assert AppConfig.from_run_config(robust.to_run_config()) == robust  # what config.json holds reads back
 
 
 @pytest.mark.parametrize("run_config, key, message", [
@@ -215,6 +324,12 @@ def test_run_config_keys_reach_the_aggregator():
     ({"coalition-update-norm-bound": -1.0}, "coalition-update-norm-bound", "finite number > 0"),
     ({"strategy": "fedavg", "coalition-update-norm-bound": 2.0}, "coalition-update-norm-bound", "forms no coalitions"),
     ({"strategy": "ifca", "coalition-min-fraction": 0.1}, "coalition-min-fraction", "forms no coalitions"),
+    ({"strategy": "fedavg", "coalition-update-min-cosine": 0.0}, "coalition-update-min-cosine",
+     "forms no coalitions"),
+    ({"strategy": "krum", "coalition-robust": True}, "coalition-robust", "forms no coalitions"),
+    ({"coalition-update-min-cosine": 1.5}, "coalition-update-min-cosine", "must be in"),
+    ({"coalition-robust": True, "coalition-update-norm-bound": 4.0}, "coalition-update-norm-bound",
+     "robust = true sets"),
 ])
 def test_bad_robust_keys_name_the_key(run_config, key, message):
     with pytest.raises(ConfigError, match=message) as error:

@@ -3,7 +3,7 @@
 A study is written down before its confirmatory runs (``experiments/attacks/studies/<name>.toml``,
 :class:`AttackStudyDesign`): the task and profile, the arms with the grid each defence is tuned over (every
 tuned arm gets the same number of candidates), the threat conditions the choice is made under, the
-attacks and attacker fractions of the confirmatory runs, and disjoint tuning and confirmatory data seeds.
+attacked conditions (attack, attacker fraction) of the confirmatory runs, and disjoint tuning and confirmatory data seeds.
 
 * **Choice** (:func:`tuning_frame`, then :func:`bouquet.tuning.choose_on_validation`): per arm, the candidate
   with the lowest honest validation error at the last round, averaged over the tuning conditions and seeds.
@@ -73,7 +73,7 @@ class AttackStudyDesign:
         Every arm; the tuned ones (with a grid) must all have the same number of candidates.
     oracle : str
         The arm that drops the attackers' replies; it runs under the first attack of each fraction only, which
-        stands for every attack (the attackers, drawn from the seed and fraction, are the same, and their
+        stands for every attack at that fraction (the attackers, drawn from the seed and fraction, are the same, and their
         replies never reach the mean).
     robust : str
         The robust HK arm the comparisons are about.
@@ -81,9 +81,8 @@ class AttackStudyDesign:
         Flower's robust rules among the arms (the comparison takes the best of them per condition).
     tune_conditions : sequence of (attack, fraction)
         The threat model the choice is made under.
-    attacks : sequence of str
-    fractions : sequence of float
-        The confirmatory conditions: no attack, and every attack at every fraction.
+    conditions : sequence of (attack, fraction)
+        The confirmatory attacked conditions (every arm also runs without attackers).
     tune_seeds, seeds : sequence of int
         Data seeds (the image split, the partition, the attackers, the initial model); disjoint.
     """
@@ -96,14 +95,13 @@ class AttackStudyDesign:
     robust: str
     flower: tuple[str, ...]
     tune_conditions: tuple[tuple[str, float], ...]
-    attacks: tuple[str, ...]
-    fractions: tuple[float, ...]
+    attacked: tuple[tuple[str, float], ...]
     tune_seeds: tuple[int, ...]
     seeds: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        if not self.arms or not self.seeds or not self.tune_seeds or not self.attacks or not self.fractions:
-            raise ValueError("the study design needs arms, attacks, fractions, tune-seeds and seeds")
+        if not self.arms or not self.seeds or not self.tune_seeds or not self.attacked:
+            raise ValueError("the study design needs arms, conditions, tune-seeds and seeds")
         if set(self.tune_seeds) & set(self.seeds):
             raise ValueError(f"tune-seeds and seeds must be disjoint (the choice must not see the confirmatory "
                              f"data), both hold {sorted(set(self.tune_seeds) & set(self.seeds))}")
@@ -114,18 +112,21 @@ class AttackStudyDesign:
         sizes = {arm.name: len(arm.candidates()) for arm in self.arms if arm.grid}
         if len(set(sizes.values())) > 1:
             raise ValueError(f"every tuned arm gets the same tuning budget; candidates per arm: {sizes}")
-        bad = [a for a in (*self.attacks, *(c[0] for c in self.tune_conditions)) if a not in ATTACKS]
+        bad = ([a for a, _ in self.attacked if a not in ATTACKS[1:]]
+               + [a for a, _ in self.tune_conditions if a not in ATTACKS])
         if bad:
-            raise ValueError(f"unknown attacks {bad}; choose among {ATTACKS}")
-        if any(not 0 < f < 0.5 for f in self.fractions):
-            raise ValueError(f"fractions must be in (0, 0.5) (a defence needs an honest majority), got {self.fractions}")
+            raise ValueError(f"unknown attacks {bad}; choose among {ATTACKS[1:]}")
+        fractions = [f for _, f in self.attacked]
+        if any(not 0 < f < 0.5 for f in fractions):
+            raise ValueError(f"attacker fractions must be in (0, 0.5) (a defence needs an honest majority), "
+                             f"got {fractions}")
 
     @classmethod
     def load(cls, path: str | Path) -> AttackStudyDesign:
         """Read a design TOML; an unknown or missing key is an error naming it."""
         raw = tomllib.loads(Path(path).read_text())
-        needed = {"data", "profile", "keys", "arms", "oracle", "robust", "flower", "tune-conditions", "attacks",
-                  "fractions", "tune-seeds", "seeds"}
+        needed = {"data", "profile", "keys", "arms", "oracle", "robust", "flower", "tune-conditions", "conditions",
+                  "tune-seeds", "seeds"}
         unknown, missing = sorted(set(raw) - needed - {"description"}), sorted(needed - set(raw))
         if unknown or missing:
             raise ValueError(f"{path}: unknown keys {unknown}, missing keys {missing}")
@@ -138,22 +139,31 @@ class AttackStudyDesign:
                                  dict(spec.get("grid", {}))))
         return cls(str(raw["data"]), str(raw["profile"]), dict(raw["keys"]), tuple(arms), str(raw["oracle"]),
                    str(raw["robust"]), tuple(raw["flower"]),
-                   tuple((str(a), float(f)) for a, f in raw["tune-conditions"]), tuple(raw["attacks"]),
-                   tuple(float(f) for f in raw["fractions"]), tuple(int(s) for s in raw["tune-seeds"]),
-                   tuple(int(s) for s in raw["seeds"]))
+                   _pairs(raw["tune-conditions"]), _pairs(raw["conditions"]),
+                   tuple(int(s) for s in raw["tune-seeds"]), tuple(int(s) for s in raw["seeds"]))
 
     def arm(self, name: str) -> StudyArm:
         return next(a for a in self.arms if a.name == name)
 
     def conditions(self) -> list[tuple[str, float]]:
-        """The confirmatory conditions: no attack, then every attack at every fraction."""
-        return [NO_ATTACK, *((a, f) for a in self.attacks for f in self.fractions)]
+        """The confirmatory conditions: no attack, then the attacked ones in the design's order."""
+        return [NO_ATTACK, *self.attacked]
+
+    def oracle_stand_in(self, attack: str, fraction: float) -> tuple[str, float]:
+        """The oracle's run that stands for a condition: the design's first attack at that fraction."""
+        if fraction == 0:
+            return NO_ATTACK
+        return next((a, f) for a, f in self.attacked if f == fraction)
 
     def conditions_of(self, arm: str) -> list[tuple[str, float]]:
-        """The conditions ``arm`` runs under (the oracle: no attack and the first attack at each fraction)."""
+        """The conditions ``arm`` runs under (the oracle: no attack and one attack per fraction)."""
         if arm == self.oracle:
-            return [NO_ATTACK, *((self.attacks[0], f) for f in self.fractions)]
+            return list(dict.fromkeys(self.oracle_stand_in(a, f) for a, f in self.conditions()))
         return self.conditions()
+
+
+def _pairs(raw: Sequence[Sequence[Any]]) -> tuple[tuple[str, float], ...]:
+    return tuple((str(a), float(f)) for a, f in raw)
 
 
 def honest_error(run: RunFolder, metric: str) -> float:
@@ -184,14 +194,6 @@ def _by_seed(errors: Mapping[tuple[str, str, int], float], arm: str, condition: 
     return None if any(v is None for v in values) else np.array(values, dtype=float)
 
 
-def _oracle_condition(design: AttackStudyDesign, condition: str) -> str:
-    """The oracle's run that stands for ``condition`` (the first attack at the same fraction)."""
-    if condition == condition_name(*NO_ATTACK):
-        return condition
-    fraction = float(condition.rsplit("-", 1)[1])
-    return condition_name(design.attacks[0], fraction)
-
-
 def attack_table(errors: Mapping[tuple[str, str, int], float], design: AttackStudyDesign,
                  arms: Sequence[str]) -> pd.DataFrame:
     """Per arm and condition: seeds, mean honest test error, its sample std, and the paired difference to the
@@ -208,12 +210,12 @@ def attack_table(errors: Mapping[tuple[str, str, int], float], design: AttackStu
     rows = []
     for arm in arms:
         for attack, fraction in design.conditions():
-            condition = condition_name(attack, fraction)
-            here = condition if arm != design.oracle else _oracle_condition(design, condition)
+            stand_in = condition_name(*design.oracle_stand_in(attack, fraction))
+            here = condition_name(attack, fraction) if arm != design.oracle else stand_in
             values = _by_seed(errors, arm, here, design.seeds)
             if values is None:
                 continue
-            oracle = _by_seed(errors, design.oracle, _oracle_condition(design, condition), design.seeds)
+            oracle = _by_seed(errors, design.oracle, stand_in, design.seeds)
             gap = paired_interval(values, oracle) if oracle is not None else None
             rows.append({"arm": arm, "attack": attack, "fraction": fraction, "seeds": len(values),
                          "error": values.mean(), "std": values.std(ddof=1) if len(values) > 1 else np.nan,
@@ -228,7 +230,8 @@ def comparisons(errors: Mapping[tuple[str, str, int], float], design: AttackStud
     for attack, fraction in design.conditions()[1:]:
         condition = condition_name(attack, fraction)
         robust = _by_seed(errors, design.robust, condition, design.seeds)
-        oracle = _by_seed(errors, design.oracle, _oracle_condition(design, condition), design.seeds)
+        oracle = _by_seed(errors, design.oracle, condition_name(*design.oracle_stand_in(attack, fraction)),
+                          design.seeds)
         flower = {f: v for f in design.flower if (v := _by_seed(errors, f, condition, design.seeds)) is not None}
         if robust is None or oracle is None:
             continue
