@@ -165,7 +165,8 @@ def fleet_services(params: FleetParams) -> dict[str, dict]:
                      "command": client_security + auth + [
                          "--superlink", superlink_address, "--isolation", "subprocess" if single else "process",
                          "--host", "${NODE_BIND:-127.0.0.1}", "--port", port,
-                         "--node-config", f'partition-id={k} data-path="/data/household.csv"']}
+                         "--node-config",
+                         f'partition-id={k} num-partitions={params.nodes} data-path="/data/household.csv"']}
         volumes = ([f"{ca}:/certs/ca.crt:ro", f"${{CREDENTIALS:-./deploy}}/keys/node{k}:/keys/node:ro"]
                    if params.tls else [])
         if single:  # the SuperNode runs in the bouquet image and starts the ClientApp itself

@@ -11,13 +11,15 @@
 #   NODE_LAYOUT=single NODE_CPUS=1 NODE_MEMORY=512m BASE=standin bash scripts/docker_e2e.sh   # per box
 #   NODES=20 ROUNDS=3 BASE=standin bash scripts/docker_e2e.sh              # a fleet of 20 households
 #   RECONNECT=1 TLS=1 BASE=standin bash scripts/docker_e2e.sh              # then a frozen box, a SuperLink restart
+#   ATTACK=1 BASE=standin bash scripts/docker_e2e.sh                       # then a household that sends sign flips
 #
 # Variables: BASE (official|standin), TLS (0|1), ARCH (amd64|arm64: the households' SuperNode + ClientApp
 # containers; the SuperLink and ServerApp stay on the host's), NODES (households; 3, or 1 with ARCH=arm64),
 # ROUNDS (2), ROUND_TIMEOUT (the run's round-timeout, 900 s), NODE_CPUS / NODE_MEMORY (docker limits of each
 # household container), NODE_LAYOUT (pair: SuperNode + ClientApp containers; single: one container per
 # household, `python -m bouquet.fleet --node-layout single`), NODE_ENV ("NAME=value ..." for every household
-# container), DAIAD (a DAIAD file; default ../shared/data/daiad/swm_trialA.zip when it exists,
+# container), ATTACK=1 (after the run: three runs of HK on the same stack, one household's ClientApp sending
+# sign-flipped updates in two of them; the robust form must leave it out every round), DAIAD (a DAIAD file; default ../shared/data/daiad/swm_trialA.zip when it exists,
 # else synthetic households), REBUILD=1 (rebuild the foreign-architecture app image), RECONNECT=1 (after the
 # run: household 0's box paused past the round timeout CUT_TIMEOUT (90 s) and thawed, then the SuperLink
 # container killed and restarted mid-run; the nodes must come back unaided and a next run have them all).
@@ -44,6 +46,7 @@ NODE_CPUS=${NODE_CPUS:-}
 NODE_MEMORY=${NODE_MEMORY:-}
 NODE_LAYOUT=${NODE_LAYOUT:-pair}
 RECONNECT=${RECONNECT:-0}
+ATTACK=${ATTACK:-0}
 ROUND_TIMEOUT=${ROUND_TIMEOUT:-900}
 CUT_TIMEOUT=${CUT_TIMEOUT:-90}
 mkdir -p "$WORK"
@@ -57,6 +60,8 @@ case "$NODE_LAYOUT" in pair|single) ;; *) echo "NODE_LAYOUT must be pair or sing
 [[ "$ROUND_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || { echo "ROUND_TIMEOUT must be a positive integer (seconds), got '$ROUND_TIMEOUT'" >&2; exit 2; }
 [[ "$CUT_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || { echo "CUT_TIMEOUT must be a positive integer (seconds), got '$CUT_TIMEOUT'" >&2; exit 2; }
 case "$RECONNECT" in 0|1) ;; *) echo "RECONNECT must be 0 or 1, got '$RECONNECT'" >&2; exit 2 ;; esac
+case "$ATTACK" in 0|1) ;; *) echo "ATTACK must be 0 or 1, got '$ATTACK'" >&2; exit 2 ;; esac
+if [ "$ATTACK" = 1 ] && [ "$NODES" -lt 3 ]; then echo "ATTACK=1 needs NODES >= 3 (an honest majority around one attacker)" >&2; exit 2; fi
 if [ "$RECONNECT" = 1 ] && [ "$NODES" -lt 2 ]; then echo "RECONNECT=1 needs NODES >= 2 (one household is cut off)" >&2; exit 2; fi
 HOST_ARCH=$(uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')
 
@@ -269,14 +274,14 @@ STATS_PID=$!
 # emulated nodes start a ClientApp (python + torch under qemu) in about a minute: give the identity query time
 # and so do many households sharing this machine's cores (20 ClientApps start at once: 6 s each here)
 node_wait=$(( NODES * 6 > 30 ? NODES * 6 : 30 )); if [ "$ARCH" != "$HOST_ARCH" ]; then node_wait=300; fi
-# fl_run NAME ROUNDS TIMEOUT LOG: one `flwr run` of the water app as run NAME (results in
-# $BOUQUET_RESULTS/NAME), its output timestamped into LOG; returns when its summary.json is written, fails when
-# the run ends without one
+# fl_run NAME ROUNDS TIMEOUT LOG [KEYS]: one `flwr run` of the water app as run NAME (results in
+# $BOUQUET_RESULTS/NAME), with the run-config KEYS added, its output timestamped into LOG; returns when its
+# summary.json is written, fails when the run ends without one
 fl_run() {
-  local name=$1 rounds=$2 timeout=$3 log_file=$4
+  local name=$1 rounds=$2 timeout=$3 log_file=$4 keys=${5:-}
   local summary=$BOUQUET_RESULTS/$name/summary.json
   "$FLWR" run . bouquet-docker --stream --run-config \
-    "data-source=\"daiad\" min-history-days=300 num-server-rounds=$rounds clients-per-round=$NODES local-epochs=1 node-wait-seconds=$node_wait round-timeout=$timeout results-dir=\"/results\" run-name=\"$name\"" \
+    "data-source=\"daiad\" min-history-days=300 num-server-rounds=$rounds clients-per-round=$NODES local-epochs=1 node-wait-seconds=$node_wait round-timeout=$timeout results-dir=\"/results\" run-name=\"$name\" $keys" \
     2>&1 | while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$log_file" \
     || log "run $name: flwr run's log stream ended with an error (the run may go on): $(grep -v '^[0-9.]* *$' "$log_file" | tail -2 | cut -d' ' -f2- | tr -s ' ' | tr '\n' ' ')"
   # `flwr run --stream` can end before the run does (its log stream fails when the SuperLink is overloaded or
@@ -364,6 +369,38 @@ print(f"docker e2e OK: {rounds} rounds, {nodes} households, MAE {summary['mae-li
 PYCHECK
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E 'bouquet' >"$WORK/images.txt" || true
 log "passed; images: $(tr '\n' ';' <"$WORK/images.txt")"
+
+if [ "$ATTACK" = 1 ]; then
+  # Attacks on real processes: attack-fraction 1/NODES makes one household an attacker (drawn from the run's
+  # seed on every node: each SuperNode's node config carries num-partitions); its ClientApp sends theta - u
+  # instead of theta + u. Same seed and data in all three runs.
+  robust='strategy="hk-cosine" coalition-robust=true'
+  flips="attack=\"sign-flip\" attack-fraction=$("$PY" -c "print(1 / $NODES)")"
+  log "attack: robust HK without attackers, then the paper's HK and robust HK with one household sending sign flips"
+  fl_run docker-e2e-robust-clean "$ROUNDS" "$ROUND_TIMEOUT" "$WORK/run-robust-clean.log" "$robust"
+  fl_run docker-e2e-paper-flips "$ROUNDS" "$ROUND_TIMEOUT" "$WORK/run-paper-flips.log" "strategy=\"hk-cosine\" $flips"
+  fl_run docker-e2e-robust-flips "$ROUNDS" "$ROUND_TIMEOUT" "$WORK/run-robust-flips.log" "$robust $flips"
+  "$PY" - "$BOUQUET_RESULTS" "$NODES" <<'PYATTACK'
+import json, sys
+base, nodes = sys.argv[1], int(sys.argv[2])
+def run(name):
+    rows = [json.loads(line) for line in open(f"{base}/{name}/rounds.jsonl")]
+    return json.load(open(f"{base}/{name}/summary.json")), [r for r in rows if r.get("phase") == "train"]
+clean, _ = run("docker-e2e-robust-clean")
+paper, paper_rounds = run("docker-e2e-paper-flips")
+robust, robust_rounds = run("docker-e2e-robust-flips")
+assert len(robust["attackers"]) == 1 and robust["attackers"] == paper["attackers"], (robust, paper)
+for r in robust_rounds:   # the robust form leaves the flipping household out of every round
+    assert r["attackers"] == 1 and sorted(r["screened-nodes"]) == sorted(r["attacker-nodes"]), r
+    assert abs(r["attacker-share"]) < 1e-3, r
+shares = [r["attacker-share"] for r in paper_rounds]
+mae = {name: s["mae-litres-honest-mean"] if "mae-litres-honest-mean" in s else s["mae-litres-mean"]
+       for name, s in (("robust, no attack", clean), ("paper HK, sign flips", paper), ("robust, sign flips", robust))}
+print(f"attack OK: household {robust['attackers'][0]} of {nodes} sent sign flips; the paper's HK gave it "
+      f"{', '.join(f'{s:.2f}' for s in shares)} of the model per round, robust HK left it out of every round; "
+      "honest households' MAE (L/day): " + ", ".join(f"{k} {v:.1f}" for k, v in mae.items()))
+PYATTACK
+fi
 
 [ "$RECONNECT" = 1 ] || exit 0
 

@@ -40,3 +40,24 @@ def test_digits_alie_against_hk_with_its_robust_options(run_app):
     assert "forged by the server from the honest updates" in stdout
     summary = run.summary()
     assert len(summary["attackers"]) == 1 and 0 <= summary["accuracy-honest-mean"] <= 1
+
+
+def test_digits_sign_flippers_left_out_by_the_robust_form(run_app):
+    # 10 local batches: early updates with a common direction (after 2 batches from the initial model they are
+    # mostly noise, and two flipped ones of five shape the median themselves)
+    digits = DIGITS.replace("local-batches=2", "local-batches=10")
+    folder, stdout = run_app(f'{digits} strategy="hk-cosine" coalition-robust=true attack="sign-flip" '
+                             'attack-fraction=0.4', supernodes=5)
+    run = RunFolder(folder)
+    assert "updates with a cosine under 0 with the median update left out" in stdout
+    (train,) = run.rounds("train")
+    # the direction screen leaves out exactly the two flipped updates; what is left is one coalition
+    assert sorted(train["screened-nodes"]) == sorted(train["attacker-nodes"]) and train["screened"] == 2
+    assert abs(train["attacker-share"]) < 1e-3 and train["coalitions"] == 1
+    assert json_config(folder)["coalition-robust"] is True
+
+
+def json_config(folder):
+    import json
+
+    return json.loads((folder / "config.json").read_text())

@@ -49,7 +49,7 @@ def test_twenty_households_get_their_own_port_file_and_key():
     assert len(services) == 2 + 40
     node = services["supernode-19"]
     assert "${NODE_19_PORT:-9113}" in node["command"]
-    assert 'partition-id=19 data-path="/data/household.csv"' in node["command"]
+    assert 'partition-id=19 num-partitions=20 data-path="/data/household.csv"' in node["command"]
     assert "${CREDENTIALS:-./deploy}/keys/node19:/keys/node:ro" in node["volumes"]
     client = services["clientapp-19"]
     assert client["command"][-1] == "${NODE_19_ADDRESS:-127.0.0.1:9113}"
