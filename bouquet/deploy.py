@@ -290,15 +290,33 @@ def export_synthetic_households(folder: Path, count: int, seed: int = 0, househo
 
 
 def node_files(folder: Path, count: int, daiad: Path | None = None) -> list[Path]:
-    """``node-K.csv`` for K < count in ``folder``: one household each, from ``daiad`` or synthetic."""
-    if daiad is not None:
-        from bouquet.config import AppConfig
-        from bouquet.data.water import load_pool
+    """``node-K.csv`` for K < count in ``folder``: one household each, from ``daiad`` or synthetic.
 
-        config = AppConfig.from_run_config({"data-source": "daiad", "data-path": str(Path(daiad).resolve()),
-                                            "min-history-days": 300, "active-factor": 0.0})
-        households = [h.household_id for h in load_pool(config.water_data).households[:count]]
-        sources = split_households(Path(daiad), folder / "by-household", households)
+    From ``daiad``: the first households of the pool, in the pool's order, whose own file passes the default
+    job's data checks on a node (its split, here with ``min-history-days = 300``), so that a node never gets a
+    household it would refuse."""
+    if daiad is not None:
+        from bouquet.config import DEFAULT_JOB, AppConfig, with_preset
+        from bouquet.data.water import InsufficientDataError, load_pool
+        from bouquet.tasks.water import node_windows
+
+        config = AppConfig.from_run_config(with_preset({
+            "forecaster": DEFAULT_JOB, "data-source": "daiad", "data-path": str(Path(daiad).resolve()),
+            "min-history-days": 300, "active-factor": 0.0}))
+        candidates = [h.household_id for h in load_pool(config.water_data).households]
+        sources = []
+        for path in split_households(Path(daiad), folder / "by-household", candidates):
+            if len(sources) < count:
+                try:
+                    node_windows(config.water_data, len(sources), str(path))
+                    sources.append(path)
+                    continue
+                except InsufficientDataError:
+                    pass
+            path.unlink()
+        if len(sources) < count:
+            raise InsufficientDataError(f"{daiad}: {len(sources)} households pass a node's data checks, "
+                                        f"{count} asked for")
     else:
         sources = export_synthetic_households(folder / "by-household", count)
     paths = []

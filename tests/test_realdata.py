@@ -35,3 +35,19 @@ def test_real_pool_with_one_year_history(daiad_zip):
     windows = pool.client(0, config)
     assert len(windows.y_train) > 4 * len(windows.y_test) - 5
     assert {"negative_diffs", "valid_days", "status"} <= set(pool.report.columns)
+
+
+def test_the_docker_households_pass_a_nodes_own_checks(daiad_zip, tmp_path):
+    # each node file the Docker deployment mounts must pass the default job's checks on the node itself (its
+    # rolling-origin split on the household's own dates), else that node's ClientApp refuses every round
+    from bouquet.config import DEFAULT_JOB, AppConfig, with_preset
+    from bouquet.deploy import node_files
+    from bouquet.tasks.water import node_windows
+
+    paths = node_files(tmp_path, 3, daiad_zip)
+    assert [p.name for p in paths] == ["node-0.csv", "node-1.csv", "node-2.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["node-0.csv", "node-1.csv", "node-2.csv"]
+    config = AppConfig.from_run_config(with_preset({"forecaster": DEFAULT_JOB, "data-source": "daiad",
+                                                    "min-history-days": 300, "active-factor": 0.0}))
+    households = {node_windows(config.water_data, k, str(p))[0] for k, p in enumerate(paths)}
+    assert len(households) == 3
