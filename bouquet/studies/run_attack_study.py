@@ -14,7 +14,8 @@ seed (a data seed redraws the image split, the partition, the attackers and the 
    candidate with the lowest honest validation error at the last round, averaged over conditions and seeds, is
    chosen (``choices.csv``).
 2. *Confirmatory* (``--final``; ``final/<arm>/<condition>/seed-<s>``): each arm with its chosen setting under
-   no attack and every attack at every fraction, on every confirmatory seed, scored on the test images; each
+   no attack and every attacked condition, condition by condition in the design's order, on every confirmatory
+   seed, scored on the test images; each
    pass appends its commit and time to ``test-log.jsonl``.  ``table.md`` / ``table.csv`` (ByzFL style: an arm a
    row, an attack a column), ``comparisons.md`` / ``.csv`` and ``runs.csv``.
 
@@ -136,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     order = [arm.name for arm in design.arms]
+    # condition by condition (every arm, every seed), in the design's order: an interrupted study has whole
+    # conditions, the first ones of the design
     final = {(arm, a, f, s): out / "final" / arm / condition_name(a, f) / f"seed-{s}"
-             for arm in order for a, f in design.conditions_of(arm) for s in design.seeds}
+             for a, f in design.conditions() for arm in order if (a, f) in design.conditions_of(arm)
+             for s in design.seeds}
     with open(out / "test-log.jsonl", "a") as log:
         log.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **commit(),
                               "chosen": {a: c.name for a, c in chosen.items()}, "seeds": list(design.seeds)}) + "\n")
