@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -237,3 +238,12 @@ def run_jobs(app_dir: Path, jobs: Sequence[Job], workdir: Path, describe: Callab
                   flush=True)
     print(f"finished in {time.time() - started_all:.0f} s; {failures} failed", flush=True)
     return failures
+
+
+def source_commit(root: Path) -> dict[str, Any]:
+    """The commit the checkout at ``root`` is on, and whether its tracked files differ from it (``dirty``): what a
+    study's test log records beside each confirmatory pass."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False).stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}

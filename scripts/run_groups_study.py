@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any
 import pandas as pd
 
 from bouquet.analysis.groups_study import StudyDesign, run_curve, study_table, validation_frame
-from bouquet.experiments import Job, layered_run_config, pop_supernodes, run_jobs
+from bouquet.experiments import Job, layered_run_config, pop_supernodes, run_jobs, source_commit
 from bouquet.results import RunFolder, markdown_table
 from bouquet.tuning import choose_on_validation
 
@@ -64,13 +63,6 @@ def describe(summary: dict[str, Any]) -> str:
         if summary.get(key) is not None:
             return f"clients' {what} accuracy {100 * summary[key]:.2f} %"
     return "no accuracy"
-
-
-def commit() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def plot_curves(runs: pd.DataFrame, chosen: str, path: Path) -> None:
@@ -154,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     arms = [chosen, *design.references]
     final = {(b, a, s): out / "final" / b / a / f"seed-{s}" for b in benchmarks for a in arms for s in design.seeds}
     with open(out / "test-log.jsonl", "a") as log:
-        log.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **commit(), "chosen": chosen,
+        log.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **source_commit(ROOT), "chosen": chosen,
                               "benchmarks": benchmarks, "seeds": list(design.seeds)}) + "\n")
     jobs = [job(design, b, a, s, folder, locked=False) for (b, a, s), folder in final.items()]
     if run_jobs(ROOT, jobs, out / ".superlink", describe, ray_address=args.ray_address):

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,7 @@ from bouquet.analysis.attack_study import (
     honest_error,
     tuning_frame,
 )
-from bouquet.experiments import Job, layered_run_config, pop_supernodes, run_jobs
+from bouquet.experiments import Job, layered_run_config, pop_supernodes, run_jobs, source_commit
 from bouquet.results import RunFolder, markdown_table
 from bouquet.studies import ROOT
 from bouquet.tuning import Candidate, choose_on_validation
@@ -74,13 +73,6 @@ def describe(summary: dict[str, Any]) -> str:
         if summary.get(key) is not None:
             return f"clients' {what} accuracy {100 * summary[key]:.2f} %"
     return "finished"
-
-
-def commit() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
              for a, f in design.conditions() for arm in order if (a, f) in design.conditions_of(arm)
              for s in design.seeds}
     with open(out / "test-log.jsonl", "a") as log:
-        log.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **commit(),
+        log.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **source_commit(ROOT),
                               "chosen": {a: c.name for a, c in chosen.items()}, "seeds": list(design.seeds)}) + "\n")
     print(f"confirmatory: {len(final)} runs, scored on the test images", flush=True)
     jobs = [job(design, chosen[arm], a, f, s, folder, locked=False) for (arm, a, f, s), folder in final.items()]

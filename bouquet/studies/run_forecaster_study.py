@@ -59,6 +59,7 @@ from bouquet.experiments import (
     load_layer,
     require_data_files,
     run_jobs,
+    source_commit,
     study_parser,
 )
 from bouquet.launch import pool_size, toml_value
@@ -122,16 +123,6 @@ NODE_NAIVE = ("blend", "weekday average", "window median", "last value")  # seas
 #: The per-household best baseline's candidates (each household takes the one with its lowest validation MAE).
 OWN_BEST = ("naive: blend", "ETS", "seasonal window average", "LightGBM local", "local (model)")
 OWN_BEST_NAME = "best baseline per household"
-
-
-def _commit() -> dict[str, Any]:
-    import subprocess
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def _replicate(base: dict[str, Any], seed: int) -> tuple[int, int]:
@@ -297,7 +288,7 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
 
     # 2. the test blocks, once: every origin, every seed, each arm's chosen candidate
     chosen = dict(zip(choices.loc[choices["chosen"], "arm"], choices.loc[choices["chosen"], "candidate"]))
-    log_entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **_commit(), "data": args.data,
+    log_entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **source_commit(ROOT), "data": args.data,
                  "profile": args.profile, "arms": arms, "seeds": args.seeds, "origins": origins, "choices": chosen}
     with open(out / "test-log.jsonl", "a") as log:
         log.write(json.dumps(log_entry) + "\n")
