@@ -390,15 +390,19 @@ clean, _ = run("docker-e2e-robust-clean")
 paper, paper_rounds = run("docker-e2e-paper-flips")
 robust, robust_rounds = run("docker-e2e-robust-flips")
 assert len(robust["attackers"]) == 1 and robust["attackers"] == paper["attackers"], (robust, paper)
-for r in robust_rounds:   # the robust form leaves the flipping household out of every round
-    assert r["attackers"] == 1 and sorted(r["screened-nodes"]) == sorted(r["attacker-nodes"]), r
-    assert abs(r["attacker-share"]) < 1e-3, r
-shares = [r["attacker-share"] for r in paper_rounds]
-mae = {name: s["mae-litres-honest-mean"] if "mae-litres-honest-mean" in s else s["mae-litres-mean"]
+mae = {name: s.get("mae-litres-honest-mean") or s["mae-litres-mean"]
        for name, s in (("robust, no attack", clean), ("paper HK, sign flips", paper), ("robust, sign flips", robust))}
-print(f"attack OK: household {robust['attackers'][0]} of {nodes} sent sign flips; the paper's HK gave it "
-      f"{', '.join(f'{s:.2f}' for s in shares)} of the model per round, robust HK left it out of every round; "
-      "honest households' MAE (L/day): " + ", ".join(f"{k} {v:.1f}" for k, v in mae.items()))
+print(f"household {robust['attackers'][0]} of {nodes} sends sign flips; honest households' MAE (L/day): "
+      + ", ".join(f"{k} {v:.1f}" for k, v in mae.items()))
+print("round  attacker's share of the model: paper HK  robust HK  robust HK left it out")
+for p, r in zip(paper_rounds, robust_rounds):
+    out = sorted(r["screened-nodes"]) == sorted(r["attacker-nodes"])
+    print(f"{r['round']:>5}  {p['attacker-share']:>38.3f}  {r['attacker-share']:>9.3f}  {'yes' if out else 'no'}")
+# the robust form leaves the flipping household, and only it, out of every round (its share is then about 0:
+# the share is measured against the example-weighted honest mean, HK's barycenter weighs members equally)
+missed = [r["round"] for r in robust_rounds if sorted(r["screened-nodes"]) != sorted(r["attacker-nodes"])]
+assert not missed, f"robust HK did not leave the attacker (alone) out in rounds {missed}"
+print("attack OK")
 PYATTACK
 fi
 

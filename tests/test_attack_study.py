@@ -182,3 +182,7 @@ def test_a_tiny_study_tunes_on_validation_then_scores_the_test_images_once(tmp_p
     assert len(log) == 1 and set(log[0]["chosen"]) == {"fedavg-oracle", "hk-robust", "multikrum"}
     assert run_attack_study.main(args) == 0  # resumes: every run is done
     assert "already done" in capsys.readouterr().out
+    (tmp_path / "docs" / "table.csv").unlink()
+    assert run_attack_study.main([*args, "--report-only"]) == 0  # the tables again, no run, no new test pass
+    assert len(pd.read_csv(tmp_path / "docs" / "table.csv")) == 3 * 3
+    assert len((out / "test-log.jsonl").read_text().splitlines()) == 2  # the resumed pass logged, the report not

@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--final", action="store_true", help="after the choice, run and score the test images")
     parser.add_argument("--out", default="results/attack-study")
     parser.add_argument("--docs", default=None, help="copy the tables and the design here")
+    parser.add_argument("--report-only", action="store_true",
+                        help="with --final: write the tables from the confirmatory runs already finished, start none "
+                             "(a study stopped early reports its whole conditions; the others are left out)")
     parser.add_argument("--ray-address", default=None)
     return parser
 
@@ -134,12 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     final = {(arm, a, f, s): out / "final" / arm / condition_name(a, f) / f"seed-{s}"
              for a, f in design.conditions() for arm in order if (a, f) in design.conditions_of(arm)
              for s in design.seeds}
-    with open(out / "test-log.jsonl", "a") as log:
-        log.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **source_commit(ROOT),
-                              "chosen": {a: c.name for a, c in chosen.items()}, "seeds": list(design.seeds)}) + "\n")
+    if not args.report_only:
+        with open(out / "test-log.jsonl", "a") as log:
+            log.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **source_commit(ROOT),
+                                  "chosen": {a: c.name for a, c in chosen.items()},
+                                  "seeds": list(design.seeds)}) + "\n")
     print(f"confirmatory: {len(final)} runs, scored on the test images", flush=True)
     jobs = [job(design, chosen[arm], a, f, s, folder, locked=False) for (arm, a, f, s), folder in final.items()]
-    failed = run_jobs(ROOT, jobs, out / ".superlink", describe, ray_address=args.ray_address)
+    failed = 0 if args.report_only else run_jobs(ROOT, jobs, out / ".superlink", describe,
+                                                   ray_address=args.ray_address)
     errors = {(arm, condition_name(a, f), s): honest_error(RunFolder(folder), "accuracy")
               for (arm, a, f, s), folder in final.items() if RunFolder(folder).finished}
     pd.DataFrame([{"arm": arm, "condition": c, "seed": s, "error": e} for (arm, c, s), e in errors.items()]).to_csv(
