@@ -447,3 +447,32 @@ def test_public_constructors_spell_out_their_parameters(public):
     parameters = inspect.signature(public).parameters.values()
     assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
     assert all(f"{p.name} :" in inspect.getdoc(public) or p.name in inspect.getdoc(public) for p in parameters)
+
+
+def test_the_state_is_built_only_on_rounds_a_hook_is_due():
+    """A checkpoint every 3 rounds of 5 reads the state after rounds 3 and 5 (the last), and the strategy builds
+    it on those rounds only (it costs a copy of every model the server holds)."""
+    from bouquet.strategies.hooks import Hook
+
+    class EveryThird(Hook):
+        def __init__(self):
+            self.seen = []
+
+        def due(self, server_round):
+            return server_round % 3 == 0 or server_round == 5
+
+        def on_round_end(self, server_round, state, result):
+            self.seen.append(server_round)
+
+    class Counting(BouquetStrategy):
+        built = 0
+
+        def state(self):
+            Counting.built += 1
+            return super().state()
+
+    hook = EveryThird()
+    s = Counting(sampler=UniformSampler(SamplingParams(clients_per_round=3, seed=2)), hooks=[hook],
+                 message_factory=make_message)
+    s.start(_clients(0.5), arrays(0.0), num_rounds=5)
+    assert hook.seen == [3, 5] and Counting.built == 2

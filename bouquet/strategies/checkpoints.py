@@ -160,6 +160,8 @@ class Checkpointing(Hook):
         self.params = params
         self.num_rounds = num_rounds
 
+    def due(self, server_round: int) -> bool:
+        return self.params.due(server_round, self.num_rounds)
+
     def on_round_end(self, server_round: int, state: ServerState, result: Result) -> None:
-        if self.params.due(server_round, self.num_rounds):
-            save_checkpoint(state, result, self.run_folder, self.header, keep=self.params.keep)
+        save_checkpoint(state, result, self.run_folder, self.header, keep=self.params.keep)

@@ -46,8 +46,12 @@ class Hook:
     def on_round_end(self, server_round: int, state: ServerState, result: Result) -> None:
         """A round is complete and every record of it written: the strategy's whole state after it (what a
         checkpoint saves) and the run's metrics until now.  The strategy calls only the hooks that override
-        this, so the state is built only when one reads it."""
+        this and are :meth:`due` this round, so the state is built only on a round when one reads it."""
         return
+
+    def due(self, server_round: int) -> bool:
+        """Whether :meth:`on_round_end` is called after ``server_round`` (every round unless overridden)."""
+        return True
 
     def should_stop(self, server_round: int, result: Result) -> bool:
         """True ends the run after this round."""

@@ -429,8 +429,9 @@ class BouquetStrategy(Strategy):
                 if res is not None:
                     result.evaluate_metrics_serverapp[server_round] = res
             self.server_round = server_round
-            ending = [hook for hook in hooks if type(hook).on_round_end is not Hook.on_round_end]
-            if ending:  # the whole state is built once a round, and only for hooks that read it (checkpoints)
+            ending = [hook for hook in hooks
+                      if type(hook).on_round_end is not Hook.on_round_end and hook.due(server_round)]
+            if ending:  # the whole state is built once a round, only on rounds a hook reads it (checkpoints)
                 state = self.state()
                 for hook in ending:
                     hook.on_round_end(server_round, state, result)
