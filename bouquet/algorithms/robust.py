@@ -16,7 +16,9 @@ coalitions"); both are off by default, which leaves eq. 15-16 bit for bit:
     Each update's cosine with the round's coordinate-wise median update; a client below ``min_cosine`` is
     left out of the round (before the rule).  The median is the honest direction while attackers are
     fewer than half, so a flipped update (``-u``), an inner-product manipulation (``-s mean``) or noise
-    that points away from it is dropped whatever its norm.  Stops *sign-flip* and *IPM*.
+    that points away from it is dropped whatever its norm.  Against *sign-flip* and *IPM*, as long as the
+    honest updates share a direction (not the first noisy steps from a random model, nor a few households
+    whose updates disagree: ``docs/METHODS.md``).
 :func:`robust_coalition_weights`
     eq. 16 over the coalitions that hold at least ``min_fraction`` of the round's clients; smaller
     coalitions get weight 0 in the shared model (with per-coalition models they still get their own

@@ -244,8 +244,8 @@ class CoalitionParams:
     update_min_cosine : float, default -1.0
         Robust option: a client whose update ``w_i - theta`` has a cosine below this with the round's
         coordinate-wise median update is left out of the round, before the rule
-        (:func:`bouquet.algorithms.robust.direction_screen`; stops sign flips and IPM).  -1 is off (the
-        paper: every client is kept); in [-1, 1].
+        (:func:`bouquet.algorithms.robust.direction_screen`; against sign flips and IPM, where the honest
+        updates share a direction).  -1 is off (the paper: every client is kept); in [-1, 1].
     robust : bool, default False
         Turns on the robust options as the attack study chose them on validation
         (:data:`bouquet.algorithms.robust.ROBUST_FORM`: updates clipped at 2 x the median norm, the direction

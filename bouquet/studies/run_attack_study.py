@@ -156,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "table.md").write_text(markdown_table(wide) + "\n")
     compared = comparisons(errors, design)
     compared.to_csv(out / "comparisons.csv", index=False, float_format="%.4f")
-    (out / "comparisons.md").write_text(markdown_table(compared.round(2)) + "\n")
-    print(markdown_table(wide), markdown_table(compared.round(2)), sep="\n\n", flush=True)
+    compared_md = (markdown_table(compared.round(2)) if not compared.empty
+                   else "no attacked condition has every seed of robust HK and the oracle yet")
+    (out / "comparisons.md").write_text(compared_md + "\n")
+    print(markdown_table(wide), compared_md, sep="\n\n", flush=True)
     if args.docs:
         docs = Path(args.docs)
         docs.mkdir(parents=True, exist_ok=True)
