@@ -376,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
             if deploy.secure:
                 private, public = make_node_key(workdir / "keys", f"node{partition}")
                 deploy.register(public)
-            start_supernode(deploy, partition, data_path=data_paths[partition], private_key=private)
+            start_supernode(deploy, partition, data_path=data_paths[partition], private_key=private,
+                            num_partitions=args.nodes)
         print(f"bouquet: {wait_for_nodes(deploy, args.nodes)} of {args.nodes} SuperNodes online", flush=True)
         done = deploy.run(Path(args.app), run_config, timeout=None, capture=False)
     return done.returncode
