@@ -14,6 +14,7 @@ from bouquet.analysis.attack_study import (
     comparisons,
     condition_name,
     honest_error,
+    run_facts,
     tuning_frame,
 )
 from bouquet.results import RunFolder
@@ -178,6 +179,9 @@ def test_a_tiny_study_tunes_on_validation_then_scores_the_test_images_once(tmp_p
     table = pd.read_csv(tmp_path / "docs" / "table.csv")
     assert set(table["arm"]) == {"fedavg-oracle", "hk-robust", "multikrum"} and len(table) == 3 * 3
     assert (tmp_path / "docs" / "table.md").read_text().count("|") > 10
+    runs = pd.read_csv(tmp_path / "docs" / "runs.csv")
+    assert {"error", "share", "attackers-out", "honest-out"} <= set(runs.columns) and len(runs) == 3 * 3 - 1
+    assert "hk-robust" in (tmp_path / "docs" / "defences.md").read_text()
     log = [json.loads(line) for line in (out / "test-log.jsonl").read_text().splitlines()]
     assert len(log) == 1 and set(log[0]["chosen"]) == {"fedavg-oracle", "hk-robust", "multikrum"}
     assert run_attack_study.main(args) == 0  # resumes: every run is done
@@ -186,3 +190,20 @@ def test_a_tiny_study_tunes_on_validation_then_scores_the_test_images_once(tmp_p
     assert run_attack_study.main([*args, "--report-only"]) == 0  # the tables again, no run, no new test pass
     assert len(pd.read_csv(tmp_path / "docs" / "table.csv")) == 3 * 3
     assert len((out / "test-log.jsonl").read_text().splitlines()) == 2  # the resumed pass logged, the report not
+
+
+def test_run_facts_count_the_screens_catches_and_mistakes(tmp_path):
+    import json as _json
+
+    rounds = [{"round": 1, "phase": "train", "attacker-share": 0.0, "attacker-nodes": [7, 8], "replies": 10,
+               "screened-nodes": [7, 8, 3]},
+              {"round": 1, "phase": "evaluate"},
+              {"round": 2, "phase": "train", "attacker-share": 0.2, "attacker-nodes": [7, 8], "replies": 10,
+               "screened-nodes": []}]
+    (tmp_path / "rounds.jsonl").write_text("".join(_json.dumps(r) + "\n" for r in rounds))
+    facts = run_facts(RunFolder(tmp_path))
+    # 2 of 4 attacker replies left out, 1 of 16 honest ones; the share averaged over the two rounds
+    assert facts == {"share": pytest.approx(0.1), "attackers-out": 0.5, "honest-out": 1 / 16}
+    (tmp_path / "rounds.jsonl").write_text(_json.dumps({"round": 1, "phase": "train", "replies": 5}) + "\n")
+    clean = run_facts(RunFolder(tmp_path))
+    assert all(np.isnan(v) for v in clean.values())

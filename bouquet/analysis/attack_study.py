@@ -34,7 +34,7 @@ from bouquet.results import RunFolder
 from bouquet.tuning import Candidate, expand_grid, paired_interval
 
 __all__ = ["NO_ATTACK", "AttackStudyDesign", "StudyArm", "attack_table", "comparisons", "condition_name",
-           "honest_error", "tuning_frame"]
+           "honest_error", "run_facts", "tuning_frame"]
 
 #: The condition without attackers.
 NO_ATTACK = ("none", 0.0)
@@ -178,6 +178,24 @@ def honest_error(run: RunFolder, metric: str) -> float:
     if last.empty:
         raise ValueError(f"{run.path}: no honest client was evaluated at the last round")
     return float(100.0 * (1.0 - last[metric].astype(float).mean()))
+
+
+def run_facts(run: RunFolder) -> dict[str, float]:
+    """What the defence did in an attacked run, from ``rounds.jsonl``: the attackers' mean share of the new model
+    over the rounds (``attacker-share``, ``docs/METHODS.md``), and, where the direction screen ran, the share of
+    the attackers' replies it left out and the share of the honest replies it left out (all rounds pooled).
+    NaN where the run holds no such record (no attackers; no screen)."""
+    train = run.rounds("train")
+    shares = [r["attacker-share"] for r in train if r.get("attacker-share") is not None]
+    facts = {"share": float(np.mean(shares)) if shares else np.nan, "attackers-out": np.nan, "honest-out": np.nan}
+    screened = [r for r in train if "screened-nodes" in r and r.get("attacker-nodes") is not None]
+    if screened:
+        bad = sum(len(r["attacker-nodes"]) for r in screened)
+        good = sum(r["replies"] - len(r["attacker-nodes"]) for r in screened)
+        caught = sum(len(set(r["screened-nodes"]) & set(r["attacker-nodes"])) for r in screened)
+        wrong = sum(len(set(r["screened-nodes"]) - set(r["attacker-nodes"])) for r in screened)
+        facts |= {"attackers-out": caught / bad if bad else np.nan, "honest-out": wrong / good if good else np.nan}
+    return facts
 
 
 def tuning_frame(errors: Mapping[tuple[str, str, str, int], float]) -> pd.DataFrame:

@@ -17,7 +17,8 @@ seed (a data seed redraws the image split, the partition, the attackers and the 
    no attack and every attacked condition, condition by condition in the design's order, on every confirmatory
    seed, scored on the test images; each
    pass appends its commit and time to ``test-log.jsonl``.  ``table.md`` / ``table.csv`` (ByzFL style: an arm a
-   row, an attack a column), ``comparisons.md`` / ``.csv`` and ``runs.csv``.
+   row, an attack a column), ``comparisons.md`` / ``.csv``, ``runs.csv`` (every run: its honest error, the
+   attackers' share of the model, the screen's catches) and ``defences.md`` (those facts per arm and condition).
 
 Every run is a real ``flwr run`` against one private SuperLink on 127.0.0.1, resumable (a run whose folder
 holds ``summary.json`` is skipped).
@@ -41,6 +42,7 @@ from bouquet.analysis.attack_study import (
     comparisons,
     condition_name,
     honest_error,
+    run_facts,
     tuning_frame,
 )
 from bouquet.experiments import Job, layered_run_config, pop_supernodes, run_jobs, source_commit
@@ -148,8 +150,14 @@ def main(argv: list[str] | None = None) -> int:
                                                    ray_address=args.ray_address)
     errors = {(arm, condition_name(a, f), s): honest_error(RunFolder(folder), "accuracy")
               for (arm, a, f, s), folder in final.items() if RunFolder(folder).finished}
-    pd.DataFrame([{"arm": arm, "condition": c, "seed": s, "error": e} for (arm, c, s), e in errors.items()]).to_csv(
-        out / "runs.csv", index=False, float_format="%.4f")
+    runs = pd.DataFrame([{"arm": arm, "condition": condition_name(a, f), "seed": s,
+                          "error": honest_error(RunFolder(folder), "accuracy"), **run_facts(RunFolder(folder))}
+                         for (arm, a, f, s), folder in final.items() if RunFolder(folder).finished])
+    runs.to_csv(out / "runs.csv", index=False, float_format="%.4f")
+    if not runs.empty:  # what each defence did: the attackers' share of the model, the screen's catches
+        facts = runs[runs["condition"] != condition_name("none", 0.0)].groupby(["arm", "condition"], sort=False)[
+            ["share", "attackers-out", "honest-out"]].mean().reset_index()
+        (out / "defences.md").write_text(markdown_table(facts.round(3)) + "\n")
     table = attack_table(errors, design, order)
     table.to_csv(out / "table.csv", index=False, float_format="%.4f")
     wide = _wide(table, design, chosen)
@@ -164,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         docs = Path(args.docs)
         docs.mkdir(parents=True, exist_ok=True)
         for name in ("design.toml", "choices.csv", "validation.md", "runs.csv", "table.csv", "table.md",
-                     "comparisons.csv", "comparisons.md", "test-log.jsonl"):
+                     "comparisons.csv", "comparisons.md", "defences.md", "test-log.jsonl"):
             if (out / name).exists():
                 shutil.copyfile(out / name, docs / name)
     return 1 if failed else 0
