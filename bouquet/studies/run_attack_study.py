@@ -188,7 +188,8 @@ def _wide(table: pd.DataFrame, design: AttackStudyDesign, chosen: dict[str, Cand
     frame = table.assign(cell=cell, condition=[condition_name(a, f) for a, f in zip(table["attack"],
                                                                                    table["fraction"])])
     wide = frame.pivot(index="arm", columns="condition", values="cell")
-    columns = [condition_name(a, f) for a, f in design.conditions() if condition_name(a, f) in wide.columns]
+    ran = set(frame.loc[frame["arm"] != design.oracle, "condition"])  # not a column the oracle alone stands in
+    columns = [condition_name(a, f) for a, f in design.conditions() if condition_name(a, f) in ran]
     rows = [arm.name for arm in design.arms if arm.name in wide.index]
     wide = wide.loc[rows, columns]
     wide.index = [chosen[a].name if a in chosen else a for a in wide.index]
