@@ -148,11 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [job(design, chosen[arm], a, f, s, folder, locked=False) for (arm, a, f, s), folder in final.items()]
     failed = 0 if args.report_only else run_jobs(ROOT, jobs, out / ".superlink", describe,
                                                    ray_address=args.ray_address)
-    errors = {(arm, condition_name(a, f), s): honest_error(RunFolder(folder), "accuracy")
-              for (arm, a, f, s), folder in final.items() if RunFolder(folder).finished}
+    finished = {key: RunFolder(folder) for key, folder in final.items() if RunFolder(folder).finished}
+    errors = {(arm, condition_name(a, f), s): honest_error(run, "accuracy") for (arm, a, f, s), run in finished.items()}
     runs = pd.DataFrame([{"arm": arm, "condition": condition_name(a, f), "seed": s,
-                          "error": honest_error(RunFolder(folder), "accuracy"), **run_facts(RunFolder(folder))}
-                         for (arm, a, f, s), folder in final.items() if RunFolder(folder).finished])
+                          "error": errors[(arm, condition_name(a, f), s)], **run_facts(run)}
+                         for (arm, a, f, s), run in finished.items()])
     runs.to_csv(out / "runs.csv", index=False, float_format="%.4f")
     if not runs.empty:  # what each defence did: the attackers' share of the model, the screen's catches
         facts = runs[runs["condition"] != condition_name("none", 0.0)].groupby(["arm", "condition"], sort=False)[
