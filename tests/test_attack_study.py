@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from bouquet.analysis.attack_study import (
+    METRICS,
     AttackStudyDesign,
     StudyArm,
     attack_table,
@@ -74,6 +75,7 @@ def test_the_shipped_design_loads_and_a_bad_one_is_named(tmp_path):
     ({"attacked": (("nuke", 0.2),)}, "unknown attacks"),
     ({"attacked": (("none", 0.2),)}, "unknown attacks"),
     ({"attacked": (("ipm", 0.5),)}, "honest majority"),
+    ({"metric": "rmse"}, "metric must be one of"),
     ({"arms": (StudyArm("fedavg-oracle", "fedavg-oracle"), StudyArm("hk-robust", "hk-robust", grid={"a": [1, 2, 3]}),
                StudyArm("multikrum", "multikrum", grid={"b": [1, 2]}))}, "the same tuning budget"),
 ])
@@ -110,6 +112,22 @@ def test_the_honest_error_reads_the_last_round_without_the_attackers(tmp_path):
     only_attackers = _run_folder(tmp_path / "bad", [{"round": 1, "attacker": True, "accuracy": 0.5}])
     with pytest.raises(ValueError, match="no honest client"):
         honest_error(only_attackers, "accuracy")
+
+
+def test_the_water_error_is_the_honest_households_final_mae(tmp_path):
+    path = tmp_path / "water"
+    path.mkdir()
+    pd.DataFrame([{"partition-id": 0, "attacker": False, "mae-litres": 80.0, "val-mae-litres": 70.0},
+                  {"partition-id": 1, "attacker": False, "mae-litres": 100.0, "val-mae-litres": 90.0},
+                  {"partition-id": 2, "attacker": True, "mae-litres": 900.0, "val-mae-litres": 900.0}]
+                 ).to_csv(path / "clients.csv", index=False)
+    table, test, validation, accuracy = METRICS["mae-litres"]
+    assert honest_error(RunFolder(path), test, accuracy, table) == pytest.approx(90.0)  # litres, no 100 - x
+    assert honest_error(RunFolder(path), validation, accuracy, table) == pytest.approx(80.0)
+    design_path = tmp_path / "design.toml"
+    design_path.write_text('metric = "mae-litres"\n' + DESIGN)
+    assert AttackStudyDesign.load(design_path).metric == "mae-litres"
+    assert AttackStudyDesign.load(ROOT / "experiments" / "attacks" / "studies" / "protocol.toml").metric == "accuracy"
 
 
 def test_the_choice_averages_over_conditions_and_never_reads_a_test_number():

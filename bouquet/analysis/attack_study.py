@@ -33,11 +33,21 @@ from bouquet.algorithms.attacks import ATTACKS
 from bouquet.results import RunFolder
 from bouquet.tuning import Candidate, expand_grid, paired_interval
 
-__all__ = ["NO_ATTACK", "AttackStudyDesign", "StudyArm", "attack_table", "comparisons", "condition_name",
+__all__ = ["METRICS", "NO_ATTACK", "AttackStudyDesign", "StudyArm", "attack_table", "comparisons", "condition_name",
            "honest_error", "run_facts", "tuning_frame"]
 
 #: The condition without attackers.
 NO_ATTACK = ("none", 0.0)
+
+#: A design's ``metric``: the run table the error is read from, its columns of the test and the validation
+#: error, and whether they are an accuracy (error = 100 x (1 - accuracy), in %) or already an error.  Images:
+#: the clients' evaluation at the last round (``evaluate_clients.csv``).  Water: the final evaluation of every
+#: household (``clients.csv``), MAE in litres/day of what it is served (with the paper's forecaster,
+#: ``fallback = "none"``, the model's own forecast).
+METRICS: dict[str, tuple[str, str, str, bool]] = {
+    "accuracy": ("evaluate_clients", "accuracy", "val-accuracy", True),
+    "mae-litres": ("clients", "mae-litres", "val-mae-litres", False),
+}
 
 
 def condition_name(attack: str, fraction: float) -> str:
@@ -85,6 +95,9 @@ class AttackStudyDesign:
         The confirmatory attacked conditions (every arm also runs without attackers).
     tune_seeds, seeds : sequence of int
         Data seeds (the image split, the partition, the attackers, the initial model); disjoint.
+    metric : {"accuracy", "mae-litres"}, default "accuracy"
+        What a run's error is (:data:`METRICS`): 100 - the clients' accuracy in % (images) or their MAE in
+        litres/day (water).
     """
 
     data: str
@@ -98,8 +111,11 @@ class AttackStudyDesign:
     attacked: tuple[tuple[str, float], ...]
     tune_seeds: tuple[int, ...]
     seeds: tuple[int, ...]
+    metric: str = "accuracy"
 
     def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {sorted(METRICS)}, got {self.metric!r}")
         if not self.arms or not self.seeds or not self.tune_seeds or not self.attacked:
             raise ValueError("the study design needs arms, conditions, tune-seeds and seeds")
         if set(self.tune_seeds) & set(self.seeds):
@@ -127,7 +143,7 @@ class AttackStudyDesign:
         raw = tomllib.loads(Path(path).read_text())
         needed = {"data", "profile", "keys", "arms", "oracle", "robust", "flower", "tune-conditions", "conditions",
                   "tune-seeds", "seeds"}
-        unknown, missing = sorted(set(raw) - needed - {"description"}), sorted(needed - set(raw))
+        unknown, missing = sorted(set(raw) - needed - {"description", "metric"}), sorted(needed - set(raw))
         if unknown or missing:
             raise ValueError(f"{path}: unknown keys {unknown}, missing keys {missing}")
         arms = []
@@ -140,7 +156,8 @@ class AttackStudyDesign:
         return cls(str(raw["data"]), str(raw["profile"]), dict(raw["keys"]), tuple(arms), str(raw["oracle"]),
                    str(raw["robust"]), tuple(raw["flower"]),
                    _pairs(raw["tune-conditions"]), _pairs(raw["conditions"]),
-                   tuple(int(s) for s in raw["tune-seeds"]), tuple(int(s) for s in raw["seeds"]))
+                   tuple(int(s) for s in raw["tune-seeds"]), tuple(int(s) for s in raw["seeds"]),
+                   str(raw.get("metric", "accuracy")))
 
     def arm(self, name: str) -> StudyArm:
         return next(a for a in self.arms if a.name == name)
@@ -166,18 +183,20 @@ def _pairs(raw: Sequence[Sequence[Any]]) -> tuple[tuple[str, float], ...]:
     return tuple((str(a), float(f)) for a, f in raw)
 
 
-def honest_error(run: RunFolder, metric: str) -> float:
-    """The honest clients' mean error (%) at the run's last round on ``metric`` (``accuracy``: the test images,
-    ``val-accuracy``: validation), from ``evaluate_clients.csv`` (attackers left out)."""
-    clients = run.table("evaluate_clients")
+def honest_error(run: RunFolder, metric: str, accuracy: bool = True, table: str = "evaluate_clients") -> float:
+    """The honest clients' mean error on the column ``metric`` of the run's ``table`` (at its last round where it
+    has rounds; attackers left out): 100 x (1 - the mean) in % where it is an ``accuracy`` (``accuracy``: the
+    test images, ``val-accuracy``: validation), else the mean itself (an error such as ``mae-litres``)."""
+    clients = run.table(table)
     if metric not in clients:
-        raise ValueError(f"{run.path}: no {metric!r} in evaluate_clients.csv (columns {list(clients.columns)})")
-    last = clients[clients["round"] == clients["round"].max()]
+        raise ValueError(f"{run.path}: no {metric!r} in {table}.csv (columns {list(clients.columns)})")
+    last = clients[clients["round"] == clients["round"].max()] if "round" in clients else clients
     if "attacker" in last:
         last = last[~last["attacker"].astype(str).str.lower().eq("true")]
     if last.empty:
         raise ValueError(f"{run.path}: no honest client was evaluated at the last round")
-    return float(100.0 * (1.0 - last[metric].astype(float).mean()))
+    mean = float(last[metric].astype(float).mean())
+    return 100.0 * (1.0 - mean) if accuracy else mean
 
 
 def run_facts(run: RunFolder) -> dict[str, float]:

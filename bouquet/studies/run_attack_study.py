@@ -37,6 +37,7 @@ from typing import Any
 import pandas as pd
 
 from bouquet.analysis.attack_study import (
+    METRICS,
     AttackStudyDesign,
     attack_table,
     comparisons,
@@ -74,6 +75,10 @@ def describe(summary: dict[str, Any]) -> str:
                       ("client-val-accuracy-mean", "validation")):
         if summary.get(key) is not None:
             return f"clients' {what} accuracy {100 * summary[key]:.2f} %"
+    for key, what in (("mae-litres-honest-mean", "honest test"), ("mae-litres-mean", "test"),
+                      ("val-mae-litres-mean", "validation")):
+        if summary.get(key) is not None:
+            return f"households' {what} MAE {summary[key]:.2f} L/day"
     return "finished"
 
 
@@ -104,7 +109,9 @@ def tune(design: AttackStudyDesign, out: Path, ray_address: str | None) -> dict[
     if missing:
         print(f"the choice waits for {len(missing)} tuning runs: {missing[:3]} ...", flush=True)
         return None
-    errors = {(candidates[n].arm, n, condition_name(a, f), s): honest_error(RunFolder(folder), "val-accuracy")
+    table, _, column, accuracy = METRICS[design.metric]
+    errors = {(candidates[n].arm, n, condition_name(a, f), s): honest_error(RunFolder(folder), column, accuracy,
+                                                                             table)
               for (n, a, f, s), folder in runs.items()}
     chosen: dict[str, Candidate] = {arm.name: arm.candidates()[0] for arm in design.arms if not arm.grid}
     if errors:
@@ -149,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0 if args.report_only else run_jobs(ROOT, jobs, out / ".superlink", describe,
                                                    ray_address=args.ray_address)
     finished = {key: RunFolder(folder) for key, folder in final.items() if RunFolder(folder).finished}
-    errors = {(arm, condition_name(a, f), s): honest_error(run, "accuracy") for (arm, a, f, s), run in finished.items()}
+    table, column, _, accuracy = METRICS[design.metric]
+    errors = {(arm, condition_name(a, f), s): honest_error(run, column, accuracy, table)
+              for (arm, a, f, s), run in finished.items()}
     runs = pd.DataFrame([{"arm": arm, "condition": condition_name(a, f), "seed": s,
                           "error": errors[(arm, condition_name(a, f), s)], **run_facts(run)}
                          for (arm, a, f, s), run in finished.items()])
