@@ -19,7 +19,7 @@ from bouquet.analysis.attack_study import (
     tuning_frame,
 )
 from bouquet.results import RunFolder
-from bouquet.studies import ROOT, run_attack_study
+from bouquet.studies import ROOT, probe_label_flip_directions, run_attack_study
 from bouquet.tuning import choose_on_validation
 
 DESIGN = """
@@ -225,3 +225,13 @@ def test_run_facts_count_the_screens_catches_and_mistakes(tmp_path):
     (tmp_path / "rounds.jsonl").write_text(_json.dumps({"round": 1, "phase": "train", "replies": 5}) + "\n")
     clean = run_facts(RunFolder(tmp_path))
     assert all(np.isnan(v) for v in clean.values())
+
+
+def test_the_label_flip_probe_scores_every_round_and_refuses_an_attacker_majority():
+    frame = probe_label_flip_directions.label_flip_cosines(rounds=2, clients=6, attackers=1)
+    assert list(frame["round"]) == [1, 2]
+    values = frame[["honest-lowest", "honest-median", "flipped-highest"]].to_numpy()
+    assert np.isfinite(values).all() and (np.abs(values) <= 1).all()
+    assert (frame["honest-lowest"] <= frame["honest-median"]).all()
+    with pytest.raises(ValueError, match="fewer than half"):
+        probe_label_flip_directions.label_flip_cosines(rounds=1, clients=6, attackers=3)
