@@ -420,7 +420,9 @@ class AppConfig:
         for key, value in (("coalition-robust", c.robust),
                            ("coalition-min-fraction", c.min_coalition_fraction != off.min_coalition_fraction),
                            ("coalition-update-norm-bound", c.update_norm_bound != off.update_norm_bound),
-                           ("coalition-update-min-cosine", c.update_min_cosine != off.update_min_cosine)):
+                           ("coalition-update-min-cosine", c.update_min_cosine != off.update_min_cosine),
+                           ("coalition-update-relative-cosine",
+                            c.update_relative_cosine != off.update_relative_cosine)):
             if value and not family.coalitions:
                 raise ConfigError(f"run-config {key!r}: a robust option of coalition aggregation, but strategy "
                                   f"{spec.name!r} forms no coalitions (use {coalitions})")

@@ -44,7 +44,8 @@ def test_every_arm_and_attack_resolves_to_a_valid_app_config():
     runner = RUNNER
     defaults = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     arms = sorted(p.stem for p in (runner.EXPERIMENTS / "arms").glob("*.toml"))
-    assert {"fedavg", "fedavg-oracle", "hk-paper", "hk-robust", "hk-robust-form", "hk-robust-updates", "krum",
+    assert {"fedavg", "fedavg-oracle", "hk-paper", "hk-robust", "hk-robust-form", "hk-robust-relative",
+            "hk-robust-updates", "krum",
             "multikrum", "bulyan", "fedmedian", "fedtrimmedavg"} == set(arms)
     for data, skip in (("digits", "target-shift"), ("water", "label-flip")):
         for arm in arms:

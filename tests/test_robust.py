@@ -123,7 +123,24 @@ def test_screen_hand_case():
     assert direction_screen(updates, 0.9)[0].tolist() == [True, False, False, False, True]
 
 
-def _slow_screen(updates, min_cosine):
+def test_relative_screen_hand_case():
+    # the same rows: cosines 1, 0.707, 0.707, -1, 0.949; their median is 0.707, so relative 0.9 puts the line
+    # at 0.636 (above min_cosine 0) and relative 0.5 at 0.354; a min_cosine above the relative line wins
+    updates = np.array([[1.0, 1.0], [2.0, 0.0], [0.0, 3.0], [-1.0, -1.0], [1.0, 2.0]])
+    assert direction_screen(updates, 0.0, relative=0.5)[0].tolist() == [True, True, True, False, True]
+    assert direction_screen(updates, -1.0, relative=1.0)[0].tolist() == [True, True, True, False, True]
+    assert direction_screen(updates, 0.9, relative=0.5)[0].tolist() == [True, False, False, False, True]
+    # a weak positive row passes the fixed line at 0, not the relative one: the median row is (1, 0.05), so its
+    # cosine is (0.2 + 0.05 sqrt(0.96)) / sqrt(1.0025) = 0.2487 against the others' 0.98 or more
+    weak = np.vstack([np.tile([1.0, 0.0], (4, 1)) + [[0, 0.1], [0, -0.1], [0, 0.05], [0, -0.05]],
+                      [[0.2, np.sqrt(1 - 0.04)]]])
+    keep, cosines = direction_screen(weak, 0.0, relative=0.5)
+    assert cosines[-1] == pytest.approx((0.2 + 0.05 * np.sqrt(0.96)) / np.sqrt(1.0025))
+    assert (cosines[:4] > 0.98).all() and keep.tolist() == [True] * 4 + [False]
+    assert direction_screen(weak, 0.0)[0].all()
+
+
+def _slow_screen(updates, min_cosine, relative=0.0):
     """The reference: the median and each cosine by plain Python loops."""
     rows = [[float(v) for v in row] for row in updates]
     median = []
@@ -136,7 +153,11 @@ def _slow_screen(updates, min_cosine):
     for row in rows:
         norm = sum(v * v for v in row) ** 0.5 * m_norm
         cosines.append(0.0 if norm == 0 else max(-1.0, min(1.0, sum(a * b for a, b in zip(row, median)) / norm)))
-    keep = [c >= min_cosine for c in cosines]
+    ordered = sorted(cosines)
+    mid = len(ordered) // 2
+    middle = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    threshold = max(min_cosine, relative * middle) if relative > 0 else min_cosine
+    keep = [c >= threshold for c in cosines]
     return (keep if any(keep) else [True] * len(keep)), cosines
 
 
@@ -151,6 +172,11 @@ def test_screen_equals_the_slow_reference_and_its_properties_hold(seed):
     slow_keep, slow_cosines = _slow_screen(updates, threshold)
     np.testing.assert_allclose(cosines, slow_cosines, atol=1e-12)
     assert keep.tolist() == slow_keep
+    relative = float(rng.uniform(0.0, 1.0))
+    relative_keep, _ = direction_screen(updates, threshold, relative)
+    assert relative_keep.tolist() == _slow_screen(updates, threshold, relative)[0]
+    if keep.sum() > 0 and relative_keep.sum() > 0:  # a relative line only ever leaves out more
+        assert not (relative_keep & ~keep).any()
     # a row scaled by a positive factor keeps its verdict only through its own cosine; the flipped twin of a
     # kept honest row scores its negative while the median stays honest (fewer than half flipped)
     same, _ = direction_screen(updates * np.array([[3.0]] * len(updates), dtype=np.float32), threshold)
@@ -170,6 +196,12 @@ def test_screen_without_a_direction_keeps_every_row():
 def test_screen_refuses_a_bad_threshold(min_cosine):
     with pytest.raises(ValueError, match=r"min_cosine must be in \[-1, 1\]"):
         direction_screen(np.ones((2, 2)), min_cosine)
+
+
+@pytest.mark.parametrize("relative", [-0.1, 1.5, np.nan])
+def test_screen_refuses_a_bad_relative_threshold(relative):
+    with pytest.raises(ValueError, match=r"relative must be in \[0, 1\]"):
+        direction_screen(np.ones((2, 2)), 0.0, relative)
 
 
 def test_screen_refuses_bad_updates():
@@ -195,6 +227,8 @@ def test_robust_true_is_the_studied_form_and_refuses_a_second_value():
 
 @pytest.mark.parametrize("field, value, message", [("min_coalition_fraction", 1.2, "must be in .0, 1."),
                                                    ("update_min_cosine", -2.0, r"must be in \[-1, 1\]"),
+                                                   ("update_relative_cosine", 1.5, r"must be in \[0, 1\]"),
+                                                   ("update_relative_cosine", -0.5, r"must be in \[0, 1\]"),
                                                    ("update_norm_bound", -2.0, "0 .off. or a finite number"),
                                                    ("update_norm_bound", float("nan"), "finite number")])
 def test_params_name_the_field(field, value, message):
@@ -276,6 +310,26 @@ def test_sign_flippers_in_weight_space_join_the_coalition_but_not_past_the_scree
     assert logged["coalitions"] == 1
 
 
+def test_weakly_aligned_replies_pass_the_fixed_screen_but_not_the_relative_one():
+    # label flips, in miniature: 4 of 20 updates keep a small positive cosine with the honest direction, the
+    # 16 honest ones agree closely; the fixed line at 0 keeps all, the relative one (0.5 x the median) not them
+    rng = np.random.default_rng(5)
+    sent = rng.normal(size=4) * 20
+    truth = np.array([1.0, 0.5, -1.0, 0.2])
+    other = np.array([0.5, -1.0, 0.0, 0.0])  # orthogonal to truth
+    honest = [reply(i + 1, vector(sent + truth + 0.2 * rng.normal(size=4))) for i in range(16)]
+    weak = [reply(100 + i, vector(sent + 0.15 * truth + other + 0.05 * rng.normal(size=4))) for i in range(4)]
+    fixed, relative = ListRecorder(), ListRecorder()
+    aggregate(HKFedAvg(geometry="cosine", tau=0.75, robust=True, recorder=fixed), honest + weak, vector(sent))
+    combined = aggregate(HKFedAvg(geometry="cosine", tau=0.75, robust=True, update_relative_cosine=0.5,
+                                  recorder=relative), honest + weak, vector(sent)) - sent
+    assert fixed.rounds[-1][2]["screened"] == 0
+    assert relative.rounds[-1][2]["screened-nodes"] == [100, 101, 102, 103]
+    honest_mean = np.mean([r.content["arrays"]["w"].numpy() for r in honest], axis=0) - sent
+    np.testing.assert_allclose(combined, honest_mean, atol=1e-4)
+    assert FixedKFedAvg(update_relative_cosine=0.5).aggregator.params.update_relative_cosine == 0.5
+
+
 def test_defaults_are_the_papers_rule_bit_for_bit():
     rng = np.random.default_rng(11)
     rows = rng.normal(size=(9, 5)).astype(np.float32)
@@ -314,6 +368,10 @@ def test_run_config_keys_reach_the_aggregator():
         assert (params.min_coalition_fraction, params.update_norm_bound) == (0.2, 3.0)
     config = AppConfig.from_run_config({"strategy": "hk-cosine", "coalition-update-min-cosine": 0.1})
     assert build_strategy(config).aggregator.params.update_min_cosine == 0.1
+    both = AppConfig.from_run_config({"strategy": "hk-cosine", "coalition-robust": True,
+                                      "coalition-update-relative-cosine": 0.5})
+    params = build_strategy(both).aggregator.params
+    assert (params.update_min_cosine, params.update_relative_cosine) == (ROBUST_FORM.update_min_cosine, 0.5)
     robust = AppConfig.from_run_config({"strategy": "hk-cosine", "coalition-robust": True})
     assert build_strategy(robust).aggregator.params == CoalitionParams(robust=True)
     assert AppConfig.from_run_config(robust.to_run_config()) == robust  # what config.json holds reads back
@@ -328,6 +386,9 @@ def test_run_config_keys_reach_the_aggregator():
      "forms no coalitions"),
     ({"strategy": "krum", "coalition-robust": True}, "coalition-robust", "forms no coalitions"),
     ({"coalition-update-min-cosine": 1.5}, "coalition-update-min-cosine", "must be in"),
+    ({"coalition-update-relative-cosine": 2.0}, "coalition-update-relative-cosine", "must be in"),
+    ({"strategy": "fedavg", "coalition-update-relative-cosine": 0.5}, "coalition-update-relative-cosine",
+     "forms no coalitions"),
     ({"coalition-robust": True, "coalition-update-norm-bound": 4.0}, "coalition-update-norm-bound",
      "robust = true sets"),
 ])

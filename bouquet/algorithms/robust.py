@@ -52,14 +52,18 @@ class RobustForm:
 ROBUST_FORM = RobustForm(update_norm_bound=2.0, update_min_cosine=0.0, min_coalition_fraction=0.34)
 
 
-def direction_screen(updates: np.ndarray, min_cosine: float) -> tuple[np.ndarray, np.ndarray]:
-    """Which rows point along the coordinate-wise median row: ``cos(u_i, median_j u_j) >= min_cosine``.
+def direction_screen(updates: np.ndarray, min_cosine: float,
+                     relative: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows point along the coordinate-wise median row: ``cos(u_i, median_j u_j) >= t``.
 
     The reference ``m`` is the coordinate-wise median of the rows (float64); row ``i``'s score is
-    ``u_i . m / (||u_i|| ||m||)``, 0 for a zero row or a zero median (no direction to judge).  When no row
-    reaches ``min_cosine`` every row is kept (the screen has nothing to stand on).  With fewer than half
+    ``c_i = u_i . m / (||u_i|| ||m||)``, 0 for a zero row or a zero median (no direction to judge).  The
+    threshold is ``t = min_cosine``, or with ``relative > 0``, ``t = max(min_cosine, relative x median_i c_i)``.
+    When no row reaches ``t`` every row is kept (the screen has nothing to stand on).  With fewer than half
     of the rows adversarial the median lies inside the honest rows' coordinate ranges, so a flipped honest
-    update scores the negative of its honest twin.
+    update scores the negative of its honest twin; and the median score is an honest one, so the relative
+    threshold follows the honest updates' agreement as it grows over the rounds (a label-flipped update
+    keeps a small positive score: ``scripts/probe_label_flip_directions.py``).
 
     Parameters
     ----------
@@ -67,6 +71,8 @@ def direction_screen(updates: np.ndarray, min_cosine: float) -> tuple[np.ndarray
         The round's updates ``w_i - theta_i``, one per row (not modified).
     min_cosine : float
         The threshold, in [-1, 1]; -1 keeps every row.
+    relative : float, default 0.0
+        In [0, 1]: the threshold rises to this multiple of the median score where that is higher; 0 is off.
 
     Returns
     -------
@@ -75,6 +81,8 @@ def direction_screen(updates: np.ndarray, min_cosine: float) -> tuple[np.ndarray
     """
     if not (np.isfinite(min_cosine) and -1.0 <= min_cosine <= 1.0):
         raise ValueError(f"min_cosine must be in [-1, 1], got {min_cosine}")
+    if not (np.isfinite(relative) and 0.0 <= relative <= 1.0):
+        raise ValueError(f"relative must be in [0, 1], got {relative}")
     updates = np.asarray(updates)
     if updates.ndim != 2 or updates.shape[0] == 0:
         raise ValueError(f"updates must be a non-empty (S, d) matrix, got shape {updates.shape}")
@@ -85,7 +93,8 @@ def direction_screen(updates: np.ndarray, min_cosine: float) -> tuple[np.ndarray
     norms = np.linalg.norm(rows, axis=1) * np.linalg.norm(median)
     cosines = np.divide(rows @ median, norms, out=np.zeros(len(rows)), where=norms > 0)
     cosines = np.clip(cosines, -1.0, 1.0)
-    keep = cosines >= min_cosine
+    threshold = max(min_cosine, relative * float(np.median(cosines))) if relative > 0 else min_cosine
+    keep = cosines >= threshold
     if not keep.any():
         keep[:] = True
     return keep, cosines

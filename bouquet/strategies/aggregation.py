@@ -294,7 +294,7 @@ class Coalitions(AggregatorDefaults):
             matrix = matrix[nonzero]
             kept = updates.subset(nonzero)
         robust: dict[str, Any] = {}
-        if self.params.update_min_cosine > -1:
+        if self.params.update_min_cosine > -1 or self.params.update_relative_cosine > 0:
             keep, screened_nodes = self._screen(matrix, layout, kept)
             robust = {"screened": len(screened_nodes), "screened-nodes": screened_nodes}
             if not keep.all():
@@ -342,9 +342,11 @@ class Coalitions(AggregatorDefaults):
                          assignment=assignment)
 
     def _screen(self, matrix: np.ndarray, layout: Any, kept: ClientUpdates) -> tuple[np.ndarray, list[int]]:
-        """Which replies the direction screen keeps (``update_min_cosine``), and the nodes it left out."""
+        """Which replies the direction screen keeps (``update_min_cosine``, ``update_relative_cosine``), and the
+        nodes it left out."""
         references = kept.reference_matrix(layout, matrix.dtype)
-        keep, cosines = direction_screen(matrix - references, self.params.update_min_cosine)
+        keep, cosines = direction_screen(matrix - references, self.params.update_min_cosine,
+                                         self.params.update_relative_cosine)
         for row in np.flatnonzero(~keep):
             log.info("round %d: reply of node %d left out: its update's cosine with the median update is %.3f",
                      kept.server_round, int(kept.node_ids[row]), cosines[row])
@@ -502,6 +504,9 @@ class Coalitions(AggregatorDefaults):
                      "their names, and every member is served its coalition's fresh model)")
         if p.update_min_cosine > -1:
             line += f", updates with a cosine under {p.update_min_cosine:g} with the median update left out"
+        if p.update_relative_cosine > 0:
+            line += (f", updates with a cosine under {p.update_relative_cosine:g} x the round's median cosine "
+                     "left out")
         if p.update_norm_bound > 0:
             line += f", updates clipped at {p.update_norm_bound:g} x the median norm"
         if p.min_coalition_fraction > 0:
@@ -524,7 +529,8 @@ def fixed_k_aggregator(fixed_k: FixedKParams, coalitions: CoalitionParams,
     kept = CoalitionParams(barycenter_weighting=coalitions.barycenter_weighting,
                            min_coalition_fraction=coalitions.min_coalition_fraction,
                            update_norm_bound=coalitions.update_norm_bound,
-                           update_min_cosine=coalitions.update_min_cosine)
+                           update_min_cosine=coalitions.update_min_cosine,
+                           update_relative_cosine=coalitions.update_relative_cosine)
     return Coalitions(FixedKRule(fixed_k), kept, memory)
 
 

@@ -246,6 +246,11 @@ class CoalitionParams:
         coordinate-wise median update is left out of the round, before the rule
         (:func:`bouquet.algorithms.robust.direction_screen`; against sign flips and IPM, where the honest
         updates share a direction).  -1 is off (the paper: every client is kept); in [-1, 1].
+    update_relative_cosine : float, default 0.0
+        Robust option: the screen's threshold rises to this multiple of the round's median cosine where that
+        is higher than ``update_min_cosine`` (:func:`bouquet.algorithms.robust.direction_screen`'s
+        ``relative``).  Against label flips, whose updates keep a small positive cosine while the honest
+        ones' grows over the rounds.  0 is off; in [0, 1].  Combines with ``robust``.
     robust : bool, default False
         Turns on the robust options as the attack study chose them on validation
         (:data:`bouquet.algorithms.robust.ROBUST_FORM`: updates clipped at 2 x the median norm, the direction
@@ -267,6 +272,7 @@ class CoalitionParams:
     update_norm_bound: float = 0.0
     opinion_arrays: str = ""
     update_min_cosine: float = -1.0
+    update_relative_cosine: float = 0.0
     robust: bool = False
 
     def __post_init__(self) -> None:
@@ -289,6 +295,9 @@ class CoalitionParams:
                 f"update_norm_bound must be 0 (off) or a finite number > 0, got {self.update_norm_bound}")
         require(math.isfinite(self.update_min_cosine) and -1.0 <= self.update_min_cosine <= 1.0,
                 "update_min_cosine", f"update_min_cosine must be in [-1, 1] (-1: off), got {self.update_min_cosine}")
+        require(math.isfinite(self.update_relative_cosine) and 0.0 <= self.update_relative_cosine <= 1.0,
+                "update_relative_cosine",
+                f"update_relative_cosine must be in [0, 1] (0: off), got {self.update_relative_cosine}")
         require(isinstance(self.opinion_arrays, str) and all(self.opinion_prefixes), "opinion_arrays",
                 f"opinion_arrays must be comma-separated array-name prefixes (empty: every array), "
                 f"got {self.opinion_arrays!r}")

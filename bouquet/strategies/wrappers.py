@@ -206,6 +206,9 @@ class HKFedAvg(BouquetStrategy):
     update_min_cosine : float, default -1.0
         Robust option: leave out of the round each client whose update has a cosine below this with the
         round's coordinate-wise median update (-1: off, the paper).
+    update_relative_cosine : float, default 0.0
+        Robust option: raise that threshold to this multiple of the round's median cosine where that is
+        higher (0: off).  Combines with ``robust``.
     robust : bool, default False
         The robust options as the attack study chose them on validation
         (:data:`bouquet.algorithms.robust.ROBUST_FORM`); giving one of them another value too is an error.
@@ -236,6 +239,7 @@ class HKFedAvg(BouquetStrategy):
                  update_norm_bound: float = CoalitionParams.update_norm_bound,
                  opinion_arrays: str = CoalitionParams.opinion_arrays,
                  update_min_cosine: float = CoalitionParams.update_min_cosine,
+                 update_relative_cosine: float = CoalitionParams.update_relative_cosine,
                  robust: bool = CoalitionParams.robust,
                  memory: bool | str | MemoryParams = False,
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
@@ -244,7 +248,8 @@ class HKFedAvg(BouquetStrategy):
         hk = HKParams(geometry=geometry, tau=tau, eps_l=eps_l, eps_r=eps_r, delta=delta, s_max=s_max,
                       coalition_tol=coalition_tol, opinions=opinions, barycenter_weighting=barycenter_weighting)
         coalitions = CoalitionParams(barycenter_weighting, opinion_space, record_trajectories, min_coalition_fraction,
-                                     update_norm_bound, opinion_arrays, update_min_cosine, robust)
+                                     update_norm_bound, opinion_arrays, update_min_cosine,
+                                     update_relative_cosine=update_relative_cosine, robust=robust)
         _dropin(self, locals(), _coalitions("HKFedAvg", lambda m: hk_aggregator(hk, coalitions, m), memory),
                 models=model_store(ModelStoreParams(coalition_models)))
 
@@ -272,6 +277,8 @@ class FixedKFedAvg(BouquetStrategy):
         As in :class:`HKFedAvg` (0: the paper's eq. 16, no clipping).
     update_min_cosine : float, default -1.0
         As in :class:`HKFedAvg` (-1: no direction screen).
+    update_relative_cosine : float, default 0.0
+        As in :class:`HKFedAvg` (0: no relative threshold).
     robust : bool, default False
         As in :class:`HKFedAvg`.
     memory : bool or str or MemoryParams, default False
@@ -291,6 +298,7 @@ class FixedKFedAvg(BouquetStrategy):
                  min_coalition_fraction: float = CoalitionParams.min_coalition_fraction,
                  update_norm_bound: float = CoalitionParams.update_norm_bound,
                  update_min_cosine: float = CoalitionParams.update_min_cosine,
+                 update_relative_cosine: float = CoalitionParams.update_relative_cosine,
                  robust: bool = CoalitionParams.robust,
                  memory: bool | str | MemoryParams = False,
                  clients_per_round: int | None = _S.clients_per_round, seed: int = _S.seed,
@@ -299,7 +307,7 @@ class FixedKFedAvg(BouquetStrategy):
         coalitions = CoalitionParams(barycenter_weighting=barycenter_weighting,
                                      min_coalition_fraction=min_coalition_fraction,
                                      update_norm_bound=update_norm_bound, update_min_cosine=update_min_cosine,
-                                     robust=robust)
+                                     update_relative_cosine=update_relative_cosine, robust=robust)
         _dropin(self, locals(), _coalitions("FixedKFedAvg", lambda m: fixed_k_aggregator(FixedKParams(k, geometry),
                                                                                            coalitions, m), memory),
                 models=model_store(ModelStoreParams(coalition_models)))
