@@ -235,3 +235,33 @@ def test_the_label_flip_probe_scores_every_round_and_refuses_an_attacker_majorit
     assert (frame["honest-lowest"] <= frame["honest-median"]).all()
     with pytest.raises(ValueError, match="fewer than half"):
         probe_label_flip_directions.label_flip_cosines(rounds=1, clients=6, attackers=3)
+
+
+def test_a_follow_up_links_the_earlier_runs_of_the_same_config_and_reruns_nothing_else(tmp_path):
+    results = tmp_path / "results"
+    earlier = results / "main"
+    earlier.mkdir(parents=True)
+    (earlier / "design.toml").write_text(DESIGN)
+    for arm, seed in (("hk-robust", 0), ("hk-robust", 1), ("multikrum", 0)):
+        run = earlier / "final" / arm / "sign-flip-0.2" / f"seed-{seed}"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text("{}")
+    (earlier / "final" / "hk-robust" / "sign-flip-0.2" / "seed-1" / "summary.json").unlink()  # unfinished
+    follow_up = DESIGN.replace('grid = { coalition-update-min-cosine = [-1.0, 0.0] }',
+                               'keys = { coalition-update-min-cosine = 0.0 }').replace(
+        'grid = { robust-num-malicious-nodes = [2, 4] }', 'keys = { robust-num-malicious-nodes = 6 }')
+    path = tmp_path / "follow.toml"
+    path.write_text('runs-from = "main"\n' + follow_up)
+    design = AttackStudyDesign.load(path)
+    assert design.runs_from == "main"
+    chosen = {arm.name: arm.candidates()[0] for arm in design.arms}
+    out = results / "follow"
+    final = {(arm, "sign-flip", 0.2, s): out / "final" / arm / "sign-flip-0.2" / f"seed-{s}"
+             for arm in ("hk-robust", "multikrum") for s in (0, 1)}
+    assert run_attack_study.link_earlier_runs(design, chosen, final, out) == 1
+    linked = final[("hk-robust", "sign-flip", 0.2, 0)]
+    assert linked.is_symlink() and linked.resolve() == (earlier / "final" / "hk-robust" / "sign-flip-0.2" /
+                                                        "seed-0").resolve()
+    # unfinished there, or another setting (MultiKrum f = 6 here, f = 2 or 4 there): run here, not linked
+    assert not final[("hk-robust", "sign-flip", 0.2, 1)].exists()
+    assert not final[("multikrum", "sign-flip", 0.2, 0)].exists()

@@ -98,6 +98,10 @@ class AttackStudyDesign:
     metric : {"accuracy", "mae-litres"}, default "accuracy"
         What a run's error is (:data:`METRICS`): 100 - the clients' accuracy in % (images) or their MAE in
         litres/day (water).
+    runs_from : str, default ""
+        ``runs-from``: another study (its design's name, in the same results folder) whose finished
+        confirmatory runs this one links instead of rerunning, where an untuned arm of this design has a run
+        config equal to one of that study's candidates (a follow-up that adds an arm).
     """
 
     data: str
@@ -112,6 +116,7 @@ class AttackStudyDesign:
     tune_seeds: tuple[int, ...]
     seeds: tuple[int, ...]
     metric: str = "accuracy"
+    runs_from: str = ""
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -143,7 +148,7 @@ class AttackStudyDesign:
         raw = tomllib.loads(Path(path).read_text())
         needed = {"data", "profile", "keys", "arms", "oracle", "robust", "flower", "tune-conditions", "conditions",
                   "tune-seeds", "seeds"}
-        unknown, missing = sorted(set(raw) - needed - {"description", "metric"}), sorted(needed - set(raw))
+        unknown, missing = sorted(set(raw) - needed - {"description", "metric", "runs-from"}), sorted(needed - set(raw))
         if unknown or missing:
             raise ValueError(f"{path}: unknown keys {unknown}, missing keys {missing}")
         arms = []
@@ -157,7 +162,7 @@ class AttackStudyDesign:
                    str(raw["robust"]), tuple(raw["flower"]),
                    _pairs(raw["tune-conditions"]), _pairs(raw["conditions"]),
                    tuple(int(s) for s in raw["tune-seeds"]), tuple(int(s) for s in raw["seeds"]),
-                   str(raw.get("metric", "accuracy")))
+                   str(raw.get("metric", "accuracy")), str(raw.get("runs-from", "")))
 
     def arm(self, name: str) -> StudyArm:
         return next(a for a in self.arms if a.name == name)

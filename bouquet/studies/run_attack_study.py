@@ -21,7 +21,8 @@ seed (a data seed redraws the image split, the partition, the attackers and the 
    attackers' share of the model, the screen's catches) and ``defences.md`` (those facts per arm and condition).
 
 Every run is a real ``flwr run`` against one private SuperLink on 127.0.0.1, resumable (a run whose folder
-holds ``summary.json`` is skipped).
+holds ``summary.json`` is skipped).  A follow-up design with ``runs-from = "<study>"`` links that study's
+finished confirmatory runs of the same run config (:func:`link_earlier_runs`) instead of rerunning them.
 """
 
 from __future__ import annotations
@@ -126,6 +127,29 @@ def tune(design: AttackStudyDesign, out: Path, ray_address: str | None) -> dict[
     return chosen
 
 
+def link_earlier_runs(design: AttackStudyDesign, chosen: dict[str, Candidate], final: dict[tuple, Path],
+                      out: Path) -> int:
+    """Link into ``final`` each finished confirmatory run of the study ``design.runs_from`` (its design as it
+    ran, ``<results>/<runs-from>/design.toml``) whose run config equals this design's run of an untuned arm
+    (same data, profile, keys, candidate, attack and seed: the same numbers); returns how many were linked."""
+    earlier = out.parent / design.runs_from
+    other = AttackStudyDesign.load(earlier / "design.toml")
+    names = {arm.name for arm in other.arms}
+    linked = 0
+    for (arm, a, f, s), folder in final.items():
+        if design.arm(arm).grid or arm not in names or folder.exists():
+            continue
+        mine = job(design, chosen[arm], a, f, s, folder, locked=False).run_config
+        for candidate in other.arm(arm).candidates():
+            source = earlier / "final" / arm / condition_name(a, f) / f"seed-{s}"
+            if RunFolder(source).finished and job(other, candidate, a, f, s, source, locked=False).run_config == mine:
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                folder.symlink_to(source, target_is_directory=True)
+                linked += 1
+                break
+    return linked
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     design_path = Path(args.design)
@@ -146,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     final = {(arm, a, f, s): out / "final" / arm / condition_name(a, f) / f"seed-{s}"
              for a, f in design.conditions() for arm in order if (a, f) in design.conditions_of(arm)
              for s in design.seeds}
+    if design.runs_from and not args.report_only:
+        print(f"linked {link_earlier_runs(design, chosen, final, out)} finished runs of the study "
+              f"{design.runs_from!r} (the same run config and seed), not rerun", flush=True)
     if not args.report_only:
         with open(out / "test-log.jsonl", "a") as log:
             log.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **source_commit(ROOT),
