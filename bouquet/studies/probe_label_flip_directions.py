@@ -20,32 +20,34 @@ import torch
 
 from bouquet.algorithms.robust import direction_screen
 from bouquet.data.images import VisionDataParams
-from bouquet.tasks.params import VisionTrainParams
-from bouquet.tasks.vision import make_model, node_shard, train_batches
+from bouquet.tasks.params import VisionModelParams, VisionTrainParams
+from bouquet.tasks.vision import VisionTask
 
 
 def label_flip_cosines(rounds: int = 10, seed: int = 100, clients: int = 20, attackers: int = 4) -> pd.DataFrame:
     """Per round, the honest updates' lowest and median cosine with the median update and the flipped ones'
-    highest; clients ``0 .. attackers - 1`` flip their labels, the model moves by the honest clients' mean."""
+    highest; clients ``0 .. attackers - 1`` flip their labels (the attack harness's ``label-flip``,
+    :meth:`bouquet.tasks.vision.VisionTask.poisoned`) and every client trains as in a run
+    (:meth:`~bouquet.tasks.vision.VisionTask.train`); the model moves by the honest clients' mean."""
     if not 0 < attackers < clients / 2:
         raise ValueError(f"attackers must be between 1 and fewer than half of {clients} clients, got {attackers}")
     torch.set_num_threads(1)
     data = VisionDataParams(dataset="digits", partitioner="iid", seed=seed, validation_fraction=0.2,
                             score_test=False)
-    shards = [node_shard(data, c, clients) for c in range(clients)]
-    settings = VisionTrainParams(local_batches=10)
-    torch.manual_seed(seed)
-    model = make_model("cnn", shards[0].shape, shards[0].num_classes)
     flipped = np.arange(clients) < attackers
+    tasks = [VisionTask.for_node(data, VisionModelParams(), VisionTrainParams(local_batches=10), c, clients)
+             for c in range(clients)]
+    tasks = [task.poisoned("label-flip", 1.0) if flipped[c] else task for c, task in enumerate(tasks)]
+    torch.manual_seed(seed)
+    model = tasks[0].new_model()
     rows = []
     for rnd in range(1, rounds + 1):
         base = torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy().astype(np.float64)
         updates = []
-        for client, shard in enumerate(shards):
-            local = make_model("cnn", shard.shape, shard.num_classes)
+        for client, task in enumerate(tasks):
+            local = task.new_model()
             local.load_state_dict(model.state_dict())
-            labels = shard.num_classes - 1 - shard.y if flipped[client] else shard.y
-            train_batches(local, shard.x, labels, settings, np.random.default_rng([seed, rnd, client]))
+            task.train(local, np.random.default_rng([seed, rnd, client]), proximal_mu=0.0)
             updates.append(torch.nn.utils.parameters_to_vector(local.parameters()).detach().numpy() - base)
         matrix = np.asarray(updates)
         _, cosines = direction_screen(matrix, -1.0)
