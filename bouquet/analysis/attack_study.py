@@ -24,7 +24,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -33,20 +33,28 @@ from bouquet.algorithms.attacks import ATTACKS
 from bouquet.results import RunFolder
 from bouquet.tuning import Candidate, expand_grid, paired_interval
 
-__all__ = ["METRICS", "NO_ATTACK", "AttackStudyDesign", "StudyArm", "attack_table", "comparisons", "condition_name",
+__all__ = ["METRICS", "NO_ATTACK", "AttackStudyDesign", "Metric", "StudyArm", "attack_table", "comparisons", "condition_name",
            "honest_error", "run_facts", "tuning_frame"]
 
 #: The condition without attackers.
 NO_ATTACK = ("none", 0.0)
 
-#: A design's ``metric``: the run table the error is read from, its columns of the test and the validation
-#: error, and whether they are an accuracy (error = 100 x (1 - accuracy), in %) or already an error.  Images:
-#: the clients' evaluation at the last round (``evaluate_clients.csv``).  Water: the final evaluation of every
-#: household (``clients.csv``), MAE in litres/day of what it is served (with the paper's forecaster,
-#: ``fallback = "none"``, the model's own forecast).
-METRICS: dict[str, tuple[str, str, str, bool]] = {
-    "accuracy": ("evaluate_clients", "accuracy", "val-accuracy", True),
-    "mae-litres": ("clients", "mae-litres", "val-mae-litres", False),
+class Metric(NamedTuple):
+    """Where a run's error is read: the run ``table``, its ``test`` and ``validation`` columns, and whether
+    they are an ``accuracy`` (error = 100 x (1 - accuracy), in %) or already an error."""
+
+    table: str
+    test: str
+    validation: str
+    accuracy: bool
+
+
+#: A design's ``metric``.  Images: the clients' evaluation at the last round (``evaluate_clients.csv``).  Water:
+#: the final evaluation of every household (``clients.csv``), MAE in litres/day of what it is served (with the
+#: paper's forecaster, ``fallback = "none"``, the model's own forecast).
+METRICS: dict[str, Metric] = {
+    "accuracy": Metric("evaluate_clients", "accuracy", "val-accuracy", True),
+    "mae-litres": Metric("clients", "mae-litres", "val-mae-litres", False),
 }
 
 

@@ -110,9 +110,9 @@ def tune(design: AttackStudyDesign, out: Path, ray_address: str | None) -> dict[
     if missing:
         print(f"the choice waits for {len(missing)} tuning runs: {missing[:3]} ...", flush=True)
         return None
-    table, _, column, accuracy = METRICS[design.metric]
-    errors = {(candidates[n].arm, n, condition_name(a, f), s): honest_error(RunFolder(folder), column, accuracy,
-                                                                             table)
+    metric = METRICS[design.metric]
+    errors = {(candidates[n].arm, n, condition_name(a, f), s):
+              honest_error(RunFolder(folder), metric.validation, metric.accuracy, metric.table)
               for (n, a, f, s), folder in runs.items()}
     chosen: dict[str, Candidate] = {arm.name: arm.candidates()[0] for arm in design.arms if not arm.grid}
     if errors:
@@ -137,16 +137,15 @@ def link_earlier_runs(design: AttackStudyDesign, chosen: dict[str, Candidate], f
     names = {arm.name for arm in other.arms}
     linked = 0
     for (arm, a, f, s), folder in final.items():
-        if design.arm(arm).grid or arm not in names or folder.exists():
+        source = earlier / "final" / arm / condition_name(a, f) / f"seed-{s}"
+        if design.arm(arm).grid or arm not in names or folder.exists() or not RunFolder(source).finished:
             continue
         mine = job(design, chosen[arm], a, f, s, folder, locked=False).run_config
-        for candidate in other.arm(arm).candidates():
-            source = earlier / "final" / arm / condition_name(a, f) / f"seed-{s}"
-            if RunFolder(source).finished and job(other, candidate, a, f, s, source, locked=False).run_config == mine:
-                folder.parent.mkdir(parents=True, exist_ok=True)
-                folder.symlink_to(source, target_is_directory=True)
-                linked += 1
-                break
+        if any(job(other, candidate, a, f, s, source, locked=False).run_config == mine
+               for candidate in other.arm(arm).candidates()):
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            folder.symlink_to(source, target_is_directory=True)
+            linked += 1
     return linked
 
 
@@ -170,10 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     final = {(arm, a, f, s): out / "final" / arm / condition_name(a, f) / f"seed-{s}"
              for a, f in design.conditions() for arm in order if (a, f) in design.conditions_of(arm)
              for s in design.seeds}
-    if design.runs_from and not args.report_only:
-        print(f"linked {link_earlier_runs(design, chosen, final, out)} finished runs of the study "
-              f"{design.runs_from!r} (the same run config and seed), not rerun", flush=True)
     if not args.report_only:
+        if design.runs_from:
+            print(f"linked {link_earlier_runs(design, chosen, final, out)} finished runs of the study "
+                  f"{design.runs_from!r} (the same run config and seed), not rerun", flush=True)
         with open(out / "test-log.jsonl", "a") as log:
             log.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **source_commit(ROOT),
                                   "chosen": {a: c.name for a, c in chosen.items()},
@@ -183,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0 if args.report_only else run_jobs(ROOT, jobs, out / ".superlink", describe,
                                                    ray_address=args.ray_address)
     finished = {key: RunFolder(folder) for key, folder in final.items() if RunFolder(folder).finished}
-    table, column, _, accuracy = METRICS[design.metric]
-    errors = {(arm, condition_name(a, f), s): honest_error(run, column, accuracy, table)
+    metric = METRICS[design.metric]
+    errors = {(arm, condition_name(a, f), s): honest_error(run, metric.test, metric.accuracy, metric.table)
               for (arm, a, f, s), run in finished.items()}
     runs = pd.DataFrame([{"arm": arm, "condition": condition_name(a, f), "seed": s,
                           "error": errors[(arm, condition_name(a, f), s)], **run_facts(run)}
