@@ -27,6 +27,7 @@ from bouquet.tasks.perfedavg import personalize, train_perfedavg
 
 __all__ = [
     "NAIVE_FORECASTS",
+    "Household",
     "LSTMForecaster",
     "Serving",
     "WaterTask",
@@ -37,6 +38,7 @@ __all__ = [
     "evaluate_windows",
     "forecast_ahead",
     "household_blend",
+    "lstm_step",
     "naive_errors",
     "naive_litres",
     "naive_metric",
@@ -45,6 +47,7 @@ __all__ = [
     "predict",
     "predict_litres",
     "proximal_penalty",
+    "served_ahead",
     "split_windows",
     "train_pooled",
     "train_windows",
@@ -444,60 +447,29 @@ class WaterTask:
 
     def evaluate(self, model: nn.Module, rng: np.random.Generator, final: bool = False) -> dict[str, float]:
         """Held-out errors of ``model`` (Per-FedAvg personalises first with ``rng``'s batch, and
-        ``personalize-epochs`` fine-tunes ``model`` first, in place, so :meth:`final_arrays` uses it too).
-
-        The validation windows are scored every time (``val-*``).  The test windows are scored only in the
-        final evaluation, or every time where there is no validation split (the paper's per-round curves), and
-        never where the test period is locked.  The final evaluation adds the naive forecasters' MAE on the
-        same days (``naive-*``, ``naive-val-*``) and what the node serves (:meth:`serving`): ``mae-litres`` is
-        then the served forecast's and ``model-mae-litres`` the model's alone."""
+        ``personalize-epochs`` fine-tunes ``model`` first, in place, so :meth:`final_arrays` uses it too);
+        :meth:`Household.metrics` says what is scored when."""
         w = self.windows
         if self.perfedavg is not None:
             personalize(model, w.x_train, w.y_train, self.perfedavg.alpha, self.training.batch_size, rng,
                         loss_fn=self._loss_fn)
         kept = self.fine_tune(model, rng)
-        metrics: dict[str, float] = {}
-        if w.has_validation:
-            metrics |= {f"val-{name}": value for name, value in evaluate_windows(model, w, "validation").items()}
-            metrics["val-num-examples"] = len(w.y_val)
-        score_test = (final or not w.has_validation) and not w.test_locked
-        if score_test:
-            metrics |= {**evaluate_windows(model, w), "num-examples": len(w.y_test)}
-        else:
-            metrics["num-examples"] = len(w.y_val)
-        if not final:
-            return metrics
-        if self.personal.epochs > 0:
-            metrics["personalize-epochs-kept"] = kept
-        metrics |= self.naive()
-        serving = self.serving(model)
-        metrics |= {"served-model-share": serving.weight, "fell-back": float(serving.weight < 1)}
-        if serving.validation:
-            metrics |= {"val-model-mae-litres": serving.validation["model"],
-                        "val-baseline-mae-litres": serving.validation["baseline"],
-                        "val-mae-litres": serving.validation["served"]}
-        if score_test:
-            x, y = split_windows(w, "test")
-            model_test = predict_litres(model, w, x)
-            actual = w.to_litres(y)
-            metrics |= {f"model-{k}": v for k, v in errors(model_test, actual, w).items()}
-            if serving.baseline:  # else (no validation days) the model alone is served: the metrics above
-                baseline_test = naive_litres(w)[serving.baseline]
-                metrics |= errors(combine(model_test, baseline_test, serving.weight), actual, w)
-                metrics["baseline-mae-litres"] = float(np.mean(np.abs(baseline_test - actual)))
-            metrics["mase-scale"] = mase_scale(w.series, int(w.day_index(w.test_days[:1])[0])) * w.scale
-        return metrics
+        extra = {"personalize-epochs-kept": kept} if self.personal.epochs > 0 else {}
+        return self.scorer.metrics(self._forecasts(model), final, extra)
+
+    @functools.cached_property
+    def scorer(self) -> Household:
+        """What the node serves and scores, whatever the forecaster (:class:`Household`)."""
+        return Household(self.windows, self.fallback, self.data)
+
+    def _forecasts(self, model: nn.Module) -> Callable[[str], np.ndarray]:
+        w = self.windows
+        return lambda part: predict_litres(model, w, split_windows(w, part)[0])
 
     def serving(self, model: nn.Module) -> Serving:
         """What this household is served (``fallback``), chosen on its validation days; the model alone where
         there are none (``fallback = "none"`` needs none)."""
-        w = self.windows
-        if not w.has_validation:
-            if self.fallback.rule != "none":
-                raise ValueError(f"fallback {self.fallback.rule!r} chooses on validation days; this household has none")
-            return Serving("", 1.0, {})
-        actual = w.to_litres(w.y_val)
-        return choose_serving(predict_litres(model, w, w.x_val), naive_litres(w, "validation"), actual, self.fallback)
+        return self.scorer.serving(self._forecasts(model))
 
     def poisoned(self, attack: str, scale: float) -> WaterTask:
         """This household with every scaled training target moved by ``scale`` (``target-shift``); tests unchanged."""
@@ -507,6 +479,97 @@ class WaterTask:
         return dataclasses.replace(self, windows=dataclasses.replace(self.windows, y_train=shifted))
 
     def naive(self) -> dict[str, float]:
+        """Held-out MAE of each naive forecaster (:meth:`Household.naive`)."""
+        return self.scorer.naive()
+
+    def final_arrays(self, model: nn.Module, ahead: int = 7) -> dict[str, dict[str, np.ndarray]]:
+        """What the final evaluation sends back beside its metrics (:meth:`Household.final_arrays`): the test
+        days' forecasts, the forecast of the ``ahead`` days after the household's data (:func:`forecast_ahead`)
+        and ``model``, the weights the node forecasts with, after its fine-tuning, for ``python -m
+        bouquet.forecast``."""
+        w = self.windows
+        state = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+        step = lstm_step(model, w.to_litres(w.series), w.first_day, (w.offset, w.scale), self.data)
+        return self.scorer.final_arrays(self._forecasts(model), step, state, {"model-blend": self.blend}, ahead)
+
+    @property
+    def naive_blend(self) -> float | None:
+        """The naive ``blend``'s weekday-average share, chosen on the validation days (None without them)."""
+        return self.scorer.naive_blend
+
+    def final_info(self, model: nn.Module) -> dict[str, str]:
+        """The final evaluation's text entries: the household's baseline and what it is served."""
+        return self.scorer.final_info(self._forecasts(model))
+
+
+@dataclass(frozen=True)
+class Household:
+    """One household's scoring and serving, whatever forecasts it: what both water forecasters (the LSTM of
+    :class:`WaterTask`, the trees of :class:`bouquet.tasks.trees.TreeWaterTask`) share.
+
+    A forecaster is given as ``forecasts(part) -> litres`` (its forecasts of the ``validation`` or ``test``
+    windows' target days, clipped at 0) and, for the days after the data, ``step(litres, t) -> litres`` (its
+    forecast of day ``t`` from the series so far; NaN where it cannot read it).
+    """
+
+    windows: ClientWindows
+    fallback: FallbackParams
+    data: WaterDataParams
+
+    def metrics(self, forecasts: Callable[[str], np.ndarray], final: bool,
+                extra_final: dict[str, float] | None = None) -> dict[str, float]:
+        """Held-out errors of the forecasts.
+
+        The validation windows are scored every time (``val-*``).  The test windows are scored only in the
+        final evaluation, or every time where there is no validation split (the paper's per-round curves), and
+        never where the test period is locked.  The final evaluation adds ``extra_final``, the naive
+        forecasters' MAE on the same days (``naive-*``, ``naive-val-*``) and what the node serves
+        (:meth:`serving`): ``mae-litres`` is then the served forecast's and ``model-mae-litres`` the model's
+        alone."""
+        w = self.windows
+        metrics: dict[str, float] = {}
+        if w.has_validation:
+            metrics |= {f"val-{name}": value for name, value in
+                        errors(forecasts("validation"), w.to_litres(w.y_val), w).items()}
+            metrics["val-num-examples"] = len(w.y_val)
+        score_test = (final or not w.has_validation) and not w.test_locked
+        if score_test:
+            metrics |= {**errors(forecasts("test"), w.to_litres(w.y_test), w), "num-examples": len(w.y_test)}
+        else:
+            metrics["num-examples"] = len(w.y_val)
+        if not final:
+            return metrics
+        metrics |= extra_final or {}
+        metrics |= self.naive()
+        serving = self.serving(forecasts)
+        metrics |= {"served-model-share": serving.weight, "fell-back": float(serving.weight < 1)}
+        if serving.validation:
+            metrics |= {"val-model-mae-litres": serving.validation["model"],
+                        "val-baseline-mae-litres": serving.validation["baseline"],
+                        "val-mae-litres": serving.validation["served"]}
+        if score_test:
+            model_test = forecasts("test")
+            actual = w.to_litres(w.y_test)
+            metrics |= {f"model-{k}": v for k, v in errors(model_test, actual, w).items()}
+            if serving.baseline:  # else (no validation days) the model alone is served: the metrics above
+                baseline_test = naive_litres(w)[serving.baseline]
+                metrics |= errors(combine(model_test, baseline_test, serving.weight), actual, w)
+                metrics["baseline-mae-litres"] = float(np.mean(np.abs(baseline_test - actual)))
+            metrics["mase-scale"] = mase_scale(w.series, int(w.day_index(w.test_days[:1])[0])) * w.scale
+        return metrics
+
+    def serving(self, forecasts: Callable[[str], np.ndarray]) -> Serving:
+        """What this household is served (``fallback``), chosen on its validation days; the model alone where
+        there are none (``fallback = "none"`` needs none)."""
+        w = self.windows
+        if not w.has_validation:
+            if self.fallback.rule != "none":
+                raise ValueError(f"fallback {self.fallback.rule!r} chooses on validation days; this household has none")
+            return Serving("", 1.0, {})
+        actual = w.to_litres(w.y_val)
+        return choose_serving(forecasts("validation"), naive_litres(w, "validation"), actual, self.fallback)
+
+    def naive(self) -> dict[str, float]:
         """Held-out MAE (litres/day) of each naive forecaster, keyed as metrics (:func:`naive_metric`), on the
         test windows (unless the test period is locked) and, with a validation split, on the validation
         windows."""
@@ -514,16 +577,18 @@ class WaterTask:
         parts = (() if w.test_locked else ("test",)) + (("validation",) if w.has_validation else ())
         return {naive_metric(name, part): mae for part in parts for name, mae in naive_errors(w, part).items()}
 
-    def final_arrays(self, model: nn.Module, ahead: int = 7) -> dict[str, dict[str, np.ndarray]]:
+    def final_arrays(self, forecasts: Callable[[str], np.ndarray], step: Callable[[np.ndarray, int], float],
+                     model: dict[str, np.ndarray], forecaster: dict[str, float], ahead: int = 7
+                     ) -> dict[str, dict[str, np.ndarray]]:
         """What the final evaluation sends back beside its metrics: ``predictions`` (every test day's actual,
         served, model and baseline litres; none where the test period is locked), ``ahead`` (the forecast of
-        the ``ahead`` days after the household's data: :func:`forecast_ahead`) and ``model`` (the weights the
-        node forecasts with, after its fine-tuning, for ``python -m bouquet.forecast``)."""
+        the ``ahead`` days after the household's data: :func:`served_ahead`), ``model`` (the forecaster's
+        arrays) and ``forecaster`` (the scaler, the blend, the model's share and ``forecaster``'s entries)."""
         w = self.windows
-        serving = self.serving(model)
+        serving = self.serving(forecasts)
         out: dict[str, dict[str, np.ndarray]] = {}
         if not w.test_locked and len(w.y_test):
-            model_test = predict_litres(model, w, w.x_test)
+            model_test = forecasts("test")
             out["predictions"] = {"day": w.test_days.astype("datetime64[D]").astype(np.int64),
                                   "actual-litres": w.to_litres(w.y_test), "predicted-litres": model_test,
                                   "model-litres": model_test}
@@ -532,12 +597,13 @@ class WaterTask:
                 out["predictions"] |= {"predicted-litres": combine(model_test, baseline_test, serving.weight),
                                        "baseline-litres": baseline_test}
         blend = self.naive_blend
-        out["ahead"] = forecast_ahead(model, w.to_litres(w.series), w.first_day, (w.offset, w.scale), self.data,
-                                      serving.baseline, serving.weight, blend, ahead)
-        out["model"] = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+        out["ahead"] = served_ahead(step, w.to_litres(w.series), w.first_day, self.data.lookback, serving.baseline,
+                                    serving.weight, blend, ahead)
+        out["model"] = model
         out["forecaster"] = {"offset": np.array([w.offset]), "scale": np.array([w.scale]),
                              "blend": np.array([np.nan if blend is None else blend]),
-                             "model-share": np.array([serving.weight]), "model-blend": np.array([self.blend])}
+                             "model-share": np.array([serving.weight]),
+                             **{k: np.array([v]) for k, v in forecaster.items()}}
         return out
 
     @functools.cached_property
@@ -548,24 +614,52 @@ class WaterTask:
             return None
         return blend_weight(w.to_litres(w.series), w.day_index(w.val_days), NaiveParams(window=w.x_train.shape[1]))
 
-    def final_info(self, model: nn.Module) -> dict[str, str]:
+    def final_info(self, forecasts: Callable[[str], np.ndarray]) -> dict[str, str]:
         """The final evaluation's text entries: the household's baseline and what it is served."""
-        serving = self.serving(model)
+        serving = self.serving(forecasts)
         return {"baseline": serving.baseline, "served": serving.served}
+
+
+def lstm_step(model: nn.Module, series: np.ndarray, first_day: np.datetime64, scaler: tuple[float, float],
+              data: WaterDataParams) -> Callable[[np.ndarray, int], float]:
+    """The LSTM's forecast of day ``t`` from the litres so far (:func:`served_ahead`'s ``step``): its inputs
+    scaled by ``scaler`` = (offset, scale) and built as ``data`` says (:func:`bouquet.data.water.window_inputs`),
+    clipped at 0; NaN (every day) where the last look-back days of ``series`` hold a missing day."""
+    offset, scale = scaler
+    litres = np.asarray(series, dtype=np.float64)
+    end, lookback = len(litres), data.lookback
+    readable = end >= lookback and bool(np.isfinite(litres[end - lookback:]).all())
+    first = np.datetime64(first_day, "D")
+
+    def step(so_far: np.ndarray, t: int) -> float:
+        if not readable:
+            return float("nan")
+        x = window_inputs((so_far - offset) / scale, first, np.array([t]), data)
+        return max(float(predict(model, x)[0]) * scale + offset, 0.0)
+
+    return step
 
 
 def forecast_ahead(model: nn.Module | None, series: np.ndarray, first_day: np.datetime64, scaler: tuple[float, float],
                    data: WaterDataParams, baseline: str, weight: float, blend: float | None, days: int = 7
                    ) -> dict[str, np.ndarray]:
+    """The LSTM's :func:`served_ahead`: ``model`` reads its inputs scaled by ``scaler`` = (offset, scale) and built
+    as ``data`` says (:func:`lstm_step`); with no ``model`` the baseline alone is served."""
+    step = None if model is None else lstm_step(model, series, first_day, scaler, data)
+    return served_ahead(step, series, first_day, data.lookback, baseline, weight, blend, days)
+
+
+def served_ahead(step: Callable[[np.ndarray, int], float] | None, series: np.ndarray, first_day: np.datetime64,
+                 window: int, baseline: str, weight: float, blend: float | None, days: int = 7
+                 ) -> dict[str, np.ndarray]:
     """The forecasts of the ``days`` days after ``series`` (a household's litres per day from ``first_day``, NaN
     where missing), each from the one before: the first from the actuals (tomorrow's forecast), day ``h``
-    reading the forecasts of days 1 .. h - 1 where its look-back reaches past the data.
+    reading the forecasts of days 1 .. h - 1 where its inputs reach past the data.
 
-    The served forecast is ``weight`` times the model's plus ``1 - weight`` times the ``baseline`` naive
-    forecaster's (``blend``: its blend share), clipped at 0 (:class:`Serving`); the model reads its inputs
-    scaled by ``scaler`` = (offset, scale) and built as ``data`` says (:func:`bouquet.data.water.window_inputs`).
-    Where the last look-back days hold a missing day the model cannot read them and the baseline alone is
-    served; with no ``model`` (or no ``baseline``) the other alone is.
+    The served forecast is ``weight`` times the model's (``step(litres so far, t)``, NaN where it cannot read
+    them) plus ``1 - weight`` times the ``baseline`` naive forecaster's (``blend``: its blend share; ``window``:
+    the naive window), clipped at 0 (:class:`Serving`).  Where the model gives no forecast the baseline alone is
+    served; with no ``step`` (or no ``baseline``) the other alone is.
 
     Returns
     -------
@@ -575,22 +669,17 @@ def forecast_ahead(model: nn.Module | None, series: np.ndarray, first_day: np.da
     """
     if days < 1:
         raise ValueError(f"days must be >= 1, got {days}")
-    offset, scale = scaler
     litres = np.asarray(series, dtype=np.float64).copy()
     first = np.datetime64(first_day, "D")
-    lookback = data.lookback
     end = len(litres)
-    readable = model is not None and end >= lookback and bool(np.isfinite(litres[end - lookback:]).all())
-    params = NaiveParams(window=lookback)
+    params = NaiveParams(window=window)
     out: dict[str, list] = {"day": [], "horizon": [], "forecast-litres": [], "model-litres": [],
                             "baseline-litres": [], "model-share": []}
     for h in range(1, days + 1):
         t = end + h - 1
         base = float(naive_forecasts(litres, np.array([t]), params, blend)[baseline][0]) if baseline else float("nan")
-        own = float("nan")
-        if readable:
-            x = window_inputs((litres - offset) / scale, first, np.array([t]), data)
-            own = max(float(predict(model, x)[0]) * scale + offset, 0.0)
+        own = float("nan") if step is None else float(step(litres, t))
+        readable = bool(np.isfinite(own))
         share = weight if readable and baseline else (1.0 if readable else 0.0)
         served = float(combine([own], [base], share)[0])
         litres = np.append(litres, served)
