@@ -42,10 +42,12 @@ from bouquet.personal_state import PersonalRun, load_personal, save_personal
 from bouquet.queries import SketchRequest
 from bouquet.sketching import register_sketch_query, sketch_records
 from bouquet.tasks.base import Task, head_keys, task_loss
+from bouquet.tasks.trees import TreeWaterTask
 from bouquet.tasks.vision import VisionTask
 from bouquet.tasks.water import WaterTask
+from bouquet.tree_messages import register_tree_query
 
-__all__ = ["app", "is_attacker", "node_task", "vision_task", "water_task"]
+__all__ = ["app", "is_attacker", "node_task", "trees", "vision_task", "water_task"]
 
 route_to_flower()
 app = ClientApp()
@@ -83,8 +85,12 @@ def vision_task(config: AppConfig, context: Context) -> Task:
 
 def water_task(config: AppConfig, context: Context) -> Task:
     """The water task's client half: household ``partition-id`` of the pool, or the node's own meter file
-    (node config ``data-path``)."""
+    (node config ``data-path``), under the LSTM or, with ``forecast-model = "trees"``, the federated trees
+    (:class:`bouquet.tasks.trees.TreeWaterTask`)."""
     data_path = context.node_config.get("data-path")
+    if config.forecast_model.trees:
+        return TreeWaterTask.for_node(config.water_data, config.trees, config.tree_features, partition_id(context),
+                                      None if data_path is None else str(data_path), config.fallback)
     perfedavg = config.perfedavg_settings() if config.family.meta_learning else None
     return WaterTask.for_node(config.water_data, config.water_model, config.water_train, perfedavg,
                               partition_id(context), None if data_path is None else str(data_path), config.personal,
@@ -96,6 +102,9 @@ def _task(context: Context) -> Task:
 
 
 def _loaded(task: Task, arrays: ArrayRecord) -> torch.nn.Module:
+    load = getattr(task, "load", None)  # a forecaster that is not a torch module (the trees) loads itself
+    if load is not None:
+        return load({k: v.numpy() for k, v in arrays.items()})
     model = task.new_model()
     model.load_state_dict(arrays.to_torch_state_dict())
     return model
@@ -145,6 +154,7 @@ def _poison_model(model: torch.nn.Module, received: ArrayRecord, attack: AttackP
 
 
 register_identity_query(app)  # the server orders nodes by partition-id: same seed, same clients
+trees = register_tree_query(app, task_fn=_task)  # query.trees: the federated trees' exchanges
 register_sketch_query(app, model_fn=lambda context: _task(context).new_model(),
                       batch_fn=lambda context, size, rng: _task(context).training_batch(size, rng),
                       num_examples_fn=lambda context: _task(context).num_examples, loss_fn=task_loss,

@@ -44,11 +44,13 @@ from bouquet.algorithms.selection import (
     SCKMSelectSelector,
     Selector,
 )
+from bouquet.algorithms.trees import TreeParams
 from bouquet.checkpoint import CheckpointParams
 from bouquet.data.images import VisionDataParams
 from bouquet.data.water import WaterDataParams
 from bouquet.families import FAMILIES, STRATEGIES, Family, FamilyError, StrategySpec, family_names
 from bouquet.forecasting.combine import FallbackParams
+from bouquet.forecasting.features import FeatureParams
 from bouquet.params import ParamError, RunConfigKeys
 from bouquet.strategies.params import (
     UPDATE_SELECTOR_NEEDS,
@@ -63,6 +65,7 @@ from bouquet.strategies.params import (
 from bouquet.tasks.params import (
     PROFILE_BASELINES,
     CentralEvalParams,
+    ForecastModelParams,
     LSTMParams,
     PerFedAvgParams,
     PersonalParams,
@@ -365,10 +368,13 @@ class AppConfig:
     server_opt: ServerOptParams = field(default_factory=ServerOptParams)
     perfedavg: PerFedAvgParams = field(default_factory=PerFedAvgParams)
     water_data: WaterDataParams = field(default_factory=WaterDataParams)
+    forecast_model: ForecastModelParams = field(default_factory=ForecastModelParams)
     water_model: LSTMParams = field(default_factory=LSTMParams)
     water_train: WaterTrainParams = field(default_factory=WaterTrainParams)
     personal: PersonalParams = field(default_factory=PersonalParams)
     fallback: FallbackParams = field(default_factory=FallbackParams)
+    trees: TreeParams = field(default_factory=TreeParams)
+    tree_features: FeatureParams = field(default_factory=FeatureParams)
     vision_data: VisionDataParams = field(default_factory=VisionDataParams)
     vision_model: VisionModelParams = field(default_factory=VisionModelParams)
     vision_train: VisionTrainParams = field(default_factory=VisionTrainParams)

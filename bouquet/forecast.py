@@ -120,10 +120,12 @@ def reforecast(run: Path, data_path: str, data_source: str = "csv", csv_values: 
 
     import torch
 
+    from bouquet.algorithms.trees import Ensemble
     from bouquet.config import AppConfig
     from bouquet.data.water import read_households
     from bouquet.results import RunFolder
-    from bouquet.tasks.water import LSTMForecaster, forecast_ahead
+    from bouquet.tasks.trees import tree_step
+    from bouquet.tasks.water import LSTMForecaster, forecast_ahead, served_ahead
 
     forecasters = load_forecasters(run)
     config = AppConfig.from_run_config(RunFolder(run).config())
@@ -137,12 +139,17 @@ def reforecast(run: Path, data_path: str, data_source: str = "csv", csv_values: 
         series = by_id[household]
         valid = np.flatnonzero(np.isfinite(series.litres))
         litres = series.litres[: valid[-1] + 1] if len(valid) else series.litres
-        model = LSTMForecaster.from_params(config.water_model, data.input_channels)
-        model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in entry["model"].items()})
-        model.blend = entry["model-blend"]
         blend = None if np.isnan(entry["blend"]) else entry["blend"]
-        ahead = forecast_ahead(model, litres, series.first_day, (entry["offset"], entry["scale"]), data,
-                               entry["baseline"], entry["model-share"], blend, days)
+        if "edges" in entry["model"]:  # the federated trees' ensemble
+            step = tree_step(Ensemble.from_arrays(entry["model"]), series.first_day, config.tree_features)
+            ahead = served_ahead(step, litres, series.first_day, data.lookback, entry["baseline"], entry["model-share"],
+                                 blend, days)
+        else:
+            model = LSTMForecaster.from_params(config.water_model, data.input_channels)
+            model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in entry["model"].items()})
+            model.blend = entry["model-blend"]
+            ahead = forecast_ahead(model, litres, series.first_day, (entry["offset"], entry["scale"]), data,
+                                   entry["baseline"], entry["model-share"], blend, days)
         rows += forecast_rows(ahead, entry["partition-id"], household, {"baseline": entry["baseline"]})
     missing = {"no-data": sorted(set(forecasters) - set(by_id)), "no-forecaster": sorted(set(by_id) - set(forecasters))}
     return pd.DataFrame(rows, columns=list(COLUMNS)), missing

@@ -103,6 +103,9 @@ def main(grid: Grid, context: Context) -> None:
         recorder.write_json("config.json", config.to_run_config())
     log.info("bouquet: results in %s", recorder.folder)
     task = server_task(config)
+    train_itself = getattr(task, "train_itself", None)  # a forecaster trained by its own exchanges (the trees)
+    if train_itself is not None and train_itself(grid, recorder, started) is not None:
+        return
     initial, evaluate = task.begin(recorder, checkpoint)
     # the run whose personal state the nodes keep (personal layers, Ditto), named in every message
     personal = PersonalRun.for_folder(recorder.folder, checkpoint) if config.personal.stateful else None

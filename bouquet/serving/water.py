@@ -9,6 +9,7 @@ forecasters', chosen on validation where there is a validation split) and ``repo
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -162,12 +163,40 @@ class WaterServer:
                checkpoint: Checkpoint | None, personal: PersonalRun | None, started: float) -> dict[str, Any]:
         config, run = self.config, self.config.run
         rows = final_clients(grid, config, strategy, recorder, personal)
+        return self.summarise(rows, recorder, {"strategy": run.strategy, "rounds": run.num_server_rounds},
+                              run_summary(config, strategy, checkpoint, started))
+
+    def train_itself(self, grid: Grid, recorder: RunRecorder, started: float) -> dict[str, Any] | None:
+        """The trees (``forecast-model = "trees"``) train by their own exchanges, not by a strategy's rounds:
+        fit them over every node, evaluate the ensemble on every node, write the summary and return it.  None
+        for the LSTM (the strategy trains it)."""
+        config = self.config
+        if not config.forecast_model.trees:
+            return None
+        from bouquet.serving.trees import evaluate_trees, fit_trees
+
+        if config.checkpoint.resume_from:
+            raise ValueError("resume-from: a tree fit is not checkpointed (it takes minutes); start it again")
+        write_pool(config, recorder)
+        expected = pool_size(config) if config.water_data.source == "synthetic" or config.water_data.path else 1
+        ensemble, nodes, costs = fit_trees(grid, config, expected, recorder)
+        rows = evaluate_trees(grid, config, ensemble, nodes, recorder)
+        t = config.trees
+        return self.summarise(rows, recorder, {"forecast-model": "trees", "trees": t.trees, "tree-depth": t.max_depth,
+                                               "tree-objective": t.objective, "tree-fit": costs},
+                              {"wall-seconds": time.time() - started})
+
+    def summarise(self, rows: list[dict[str, Any]], recorder: RunRecorder, head: dict[str, Any],
+                  tail: dict[str, Any]) -> dict[str, Any]:
+        """``summary.json`` from every node's final evaluation (``rows``), between ``head`` (what trained) and
+        ``tail`` (what the run cost), ``report.png``, and the console line."""
+        config = self.config
         scored = [r for r in rows if "mae-litres" in r]  # none where the test period is locked
         mae = np.array([r["mae-litres"] for r in scored])
         mse = np.array([r["mse"] for r in scored])
         val = np.array([r["val-mae-litres"] for r in rows if "val-mae-litres" in r])
         summary = {
-            "strategy": run.strategy, "rounds": run.num_server_rounds, "clients-evaluated": len(rows),
+            **head, "clients-evaluated": len(rows),
             "test-period-scored": bool(len(scored)),
             "mae-litres-mean": float(mae.mean()) if len(mae) else None,
             "mae-litres-std": sample_std(mae) if len(mae) > 1 else None,
@@ -176,22 +205,24 @@ class WaterServer:
             **mase_summary(scored),
             **naive_summary(scored),
             **attack_summary(config, scored, "mae-litres"),
-            **run_summary(config, strategy, checkpoint, started),
+            **tail,
         }
         recorder.write_json("summary.json", summary)
+        what = head.get("strategy") or f"{head.get('trees')} trees"
+        rounds = f"{head['rounds']} rounds, " if "rounds" in head else ""
         if len(scored):
             try:
                 log.info("report: %s", draw_report(recorder.folder))
             except Exception as error:  # noqa: BLE001 (a figure must never cost the run its results)
                 log.warning("report.png could not be drawn (%s: %s); python -m bouquet.report %s draws it again",
                             type(error).__name__, error, recorder.folder)
-            log.info("bouquet summary: %s, %d rounds, %d clients: MAE %.2f +- %.2f L/day%s%s, MSE %.4f (scaled); %s",
-                     run.strategy, run.num_server_rounds, len(rows), mae.mean(), sample_std(mae),
+            log.info("bouquet summary: %s, %s%d clients: MAE %.2f +- %.2f L/day%s%s, MSE %.4f (scaled); %s",
+                     what, rounds, len(rows), mae.mean(), sample_std(mae),
                      f", MASE {summary['mase-mean']:.3f}" if summary.get("mase-mean") is not None else "",
                      naive_text(summary), mse.mean(), recorder.folder)
         elif len(rows):
-            log.info("bouquet summary: %s, %d rounds, %d clients: validation MAE %.2f L/day (the test period is "
-                     "locked: score-test = false); %s", run.strategy, run.num_server_rounds, len(rows),
+            log.info("bouquet summary: %s, %s%d clients: validation MAE %.2f L/day (the test period is "
+                     "locked: score-test = false); %s", what, rounds, len(rows),
                      float(val.mean()) if len(val) else float("nan"), recorder.folder)
         else:
             log.warning("bouquet summary: no client answered the final evaluation; %s", recorder.folder)

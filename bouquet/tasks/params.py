@@ -21,12 +21,14 @@ __all__ = [
     "EVALUATIONS",
     "FORECAST_BASELINES",
     "FORECAST_LOSSES",
+    "FORECAST_MODELS",
     "HOUSEHOLD_BLENDS",
     "MODELS",
     "PERFEDAVG_VARIANTS",
     "PERSONAL_LAYERS",
     "PROFILE_BASELINES",
     "CentralEvalParams",
+    "ForecastModelParams",
     "LSTMParams",
     "PerFedAvgParams",
     "PersonalParams",
@@ -51,6 +53,8 @@ HOUSEHOLD_BLENDS = BLEND_WEIGHTS
 PERSONAL_LAYERS = ("none", "head")
 #: Training losses of the water forecaster (``WaterTrainParams.loss``); the paper's is ``mse``.
 FORECAST_LOSSES = ("mse", "l1", "huber")
+#: The water task's forecasters (``forecast-model``).
+FORECAST_MODELS = ("lstm", "trees")
 #: Per-FedAvg's two variants: first-order and Hessian-free.
 PERFEDAVG_VARIANTS = ("fo", "hf")
 
@@ -90,6 +94,34 @@ class LSTMParams:
         require(self.num_layers >= 1, "num_layers", f"num-layers must be >= 1, got {self.num_layers}")
         require(self.baseline in FORECAST_BASELINES, "baseline",
                 f"forecast-baseline must be one of {', '.join(FORECAST_BASELINES)}, got {self.baseline!r}")
+
+
+@dataclass(frozen=True)
+class ForecastModelParams:
+    """Which forecaster the water task trains.
+
+    Parameters
+    ----------
+    model : {"lstm", "trees"}, default "lstm"
+        ``forecast-model``.  ``lstm`` is the HK paper's: an LSTM trained in rounds by the ``strategy``
+        (``local-epochs``, ``learning-rate``, ...).  ``trees``: gradient-boosted trees grown from the
+        households' summed gradient histograms, one level of every open tree node per message exchange, the
+        same trees a fit on the pooled rows grows (``tree-*`` keys; the strategy's keys do not apply).
+    """
+
+    #: How the run config names its fields (bouquet.config reads it).
+    RUN_CONFIG: ClassVar[RunConfigKeys] = RunConfigKeys(rename={"model": "forecast-model"})
+
+    model: str = "lstm"
+
+    def __post_init__(self) -> None:
+        require(self.model in FORECAST_MODELS, "model",
+                f"forecast-model must be one of {', '.join(FORECAST_MODELS)}, got {self.model!r}")
+
+    @property
+    def trees(self) -> bool:
+        """Whether the forecaster is the federated trees (trained by their own exchanges, not by rounds)."""
+        return self.model == "trees"
 
 
 @dataclass(frozen=True)

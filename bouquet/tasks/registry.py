@@ -21,12 +21,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bouquet.algorithms.trees import TreeParams
 from bouquet.data.images import VisionDataParams
 from bouquet.data.water import WaterDataParams
 from bouquet.forecasting.combine import FallbackParams
+from bouquet.forecasting.features import FeatureParams
 from bouquet.params import ParamError
 from bouquet.tasks.params import (
     CentralEvalParams,
+    ForecastModelParams,
     LSTMParams,
     PersonalParams,
     VisionModelParams,
@@ -160,8 +163,9 @@ register_task(TaskKind(
     "water", label="household water forecasting (HK paper)",
     node="bouquet.client_app:water_task", server="bouquet.serving.water:WaterServer",
     pool_size="bouquet.serving.water:pool_size",
-    params={"water_data": WaterDataParams, "water_model": LSTMParams, "water_train": WaterTrainParams,
-            "personal": PersonalParams, "fallback": FallbackParams},
+    params={"water_data": WaterDataParams, "forecast_model": ForecastModelParams, "water_model": LSTMParams,
+            "water_train": WaterTrainParams, "personal": PersonalParams, "fallback": FallbackParams,
+            "trees": TreeParams, "tree_features": FeatureParams},
     forecasting=True, personal_state=True, meta_learning=True, data_attacks=("target-shift",)))
 register_task(TaskKind(
     "vision", label="image classification (SCKM paper)",

@@ -1,0 +1,186 @@
+"""The federated trees over Flower: the ClientApp's query.trees handler and the server's FlowerSource with real
+Messages (every node's sums added = the pooled fit, tree for tree), the node's evaluation and forecasts ahead,
+bad input, and one real `flwr run` whose ensemble equals the in-process pooled fit on the same bins."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
+from flwr.app.error import Error
+
+from bouquet import forecast
+from bouquet.algorithms.trees import Ensemble, PartiesSource, TreeParams, fit
+from bouquet.client_app import evaluate, node_task, trees
+from bouquet.config import AppConfig
+from bouquet.results import RunFolder
+from bouquet.tasks.trees import TreeWaterTask, household_rows
+from bouquet.tree_messages import FlowerSource, TreeFitError
+from tests.flower_fakes import FakeGrid, make_message, reply_to
+
+ROOT = Path(__file__).resolve().parents[1]
+METERS = ROOT / "examples" / "meters_daily.csv"
+SMALL = {"forecast-model": "trees", "synthetic-households": 30, "active-factor": 0.0, "split": "origins",
+         "origin": 2, "validation-days": 28, "tree-count": 6, "tree-max-depth": 3, "tree-max-bins": 15,
+         "tree-min-child-samples": 10, "fallback": "combine"}
+
+
+def contexts(run_config, count):
+    return {node: Context(run_id=1, node_id=node, node_config={"partition-id": node - 1}, state=RecordDict(),
+                          run_config=run_config) for node in range(1, count + 1)}
+
+
+def answering_grid(run_config, count):
+    """A grid whose nodes answer query.trees with bouquet's own ClientApp handler, each keeping its Context."""
+    nodes = contexts(run_config, count)
+    return FakeGrid(list(nodes), keys={n: n - 1 for n in nodes},
+                    handler=lambda msg: trees(msg, nodes[msg.metadata.dst_node_id])), nodes
+
+
+@pytest.mark.parametrize("objective", ["l1", "huber"])
+def test_the_fit_over_messages_is_the_pooled_fit(objective):
+    """Four households answering real query.trees messages, their sums added by the server: the trees of the pooled
+    fit over the same rows with the same bins (splits, and leaves to 1e-9)."""
+    run_config = {**SMALL, "tree-objective": objective, "tree-huber-delta": 0.3}
+    config = AppConfig.from_run_config(run_config)
+    grid, nodes = answering_grid(run_config, 4)
+    source = FlowerSource(grid, list(nodes), timeout=60, new_message=make_message)
+    federated, log = fit(source, config.trees)
+    tasks = [node_task(config, context) for context in nodes.values()]
+    assert all(isinstance(t, TreeWaterTask) for t in tasks)
+    pooled, _ = fit(PartiesSource([t.rows for t in tasks], config.trees), config.trees, edges=federated.edges)
+    for a, b in zip(federated.trees, pooled.trees, strict=True):
+        np.testing.assert_array_equal(a.feature, b.feature)
+        np.testing.assert_array_equal(a.threshold, b.threshold)
+        np.testing.assert_allclose(a.value, b.value, atol=1e-9)
+    x = np.concatenate([t.rows.x for t in tasks])
+    np.testing.assert_allclose(federated.predict(x), pooled.predict(x), atol=1e-9)
+    described = source.describe()
+    assert described["nodes"] == 4 and described["bytes-from-nodes"] > described["bytes-to-nodes"] > 0
+    assert log.exchanges == 1 + 1 + config.trees.trees * (config.trees.max_depth + config.trees.renews) + 1
+    # each node keeps its predictions in its Flower state between requests
+    assert all("trees" in c.state.array_records for c in nodes.values())
+
+
+def test_a_node_that_fails_or_stays_silent_stops_the_fit_with_its_name():
+    run_config = dict(SMALL)
+    config = AppConfig.from_run_config(run_config)
+    nodes = contexts(run_config, 3)
+
+    def handler(msg):
+        node = msg.metadata.dst_node_id
+        if node == 2:
+            return reply_to(msg, error=Error(code=1, reason="disk full"))
+        if node == 3:
+            return None
+        return trees(msg, nodes[node])
+
+    source = FlowerSource(FakeGrid(list(nodes), handler=handler), list(nodes), timeout=5, new_message=make_message)
+    with pytest.raises(TreeFitError, match=r"2 of 3 nodes.*node 2: disk full.*node 3: no reply within 5 s"):
+        fit(source, config.trees)
+    with pytest.raises(TreeFitError, match="no node"):
+        FlowerSource(FakeGrid([]), [], timeout=5)
+
+
+def test_an_lstm_node_refuses_tree_queries_and_a_tree_node_refuses_training():
+    lstm = contexts({**SMALL, "forecast-model": "lstm"}, 1)[1]
+    content = RecordDict({"config": ConfigRecord({"kind": "sketch", "points": 8}), "request": ArrayRecord()})
+    with pytest.raises(TypeError, match='forecast-model = "trees"'):
+        trees(make_message(content, "query.trees", 1, "trees-sketch"), lstm)
+    task = node_task(AppConfig.from_run_config(SMALL), contexts(SMALL, 1)[1])
+    with pytest.raises(TypeError, match="query.trees"):
+        task.train(None, np.random.default_rng(0), 0.0)
+    with pytest.raises(TypeError, match="attack"):
+        task.poisoned("target-shift", 1.0)
+
+
+def test_the_node_evaluates_serves_and_forecasts_with_the_ensemble():
+    """The final evaluation message carries the ensemble; the node answers with the same metrics, served forecast,
+    forecasts ahead and model arrays as the LSTM's node."""
+    config = AppConfig.from_run_config(SMALL)
+    grid, nodes = answering_grid(SMALL, 3)
+    ensemble, _ = fit(FlowerSource(grid, list(nodes), timeout=60, new_message=make_message), config.trees)
+    record = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in ensemble.to_arrays().items()})
+    content = RecordDict({"arrays": record, "config": ConfigRecord({"final": True})})
+    answer = evaluate(make_message(content, "evaluate", 1, "final"), nodes[1])
+    metrics, info = answer.content["metrics"], answer.content["info"]
+    assert {"mae-litres", "model-mae-litres", "val-mae-litres", "naive-val-blend", "served-model-share"} <= set(metrics)
+    assert info["served"] in ("model", "combined", "baseline")
+    arrays = answer.content.array_records
+    ahead = {k: v.numpy() for k, v in arrays["ahead"].items()}
+    assert list(ahead["horizon"]) == list(range(1, 8)) and (ahead["forecast-litres"] >= 0).all()
+    assert np.isfinite(ahead["model-litres"]).all()  # trees read missing inputs: every day has a model forecast
+    assert Ensemble.from_arrays({k: v.numpy() for k, v in arrays["model"].items()}).trees[0].feature.size
+    task = node_task(config, nodes[1])
+    forecasts = task.forecasts(ensemble)
+    w = task.windows
+    assert metrics["model-mae-litres"] == pytest.approx(np.mean(np.abs(forecasts("test") - w.to_litres(w.y_test))))
+    # an ensemble over other inputs is refused with the reason
+    other = Ensemble(ensemble.init, ensemble.trees, ensemble.edges[:3])
+    with pytest.raises(ValueError, match="reads 3 inputs"):
+        task.load(other.to_arrays())
+
+
+def test_a_households_training_rows_stop_before_its_validation_days():
+    config = AppConfig.from_run_config(SMALL)
+    task = node_task(config, contexts(SMALL, 1)[1])
+    rows, days = household_rows(task.windows, config.tree_features)
+    w = task.windows
+    assert days.max() < w.day_index(w.val_days[:1])[0]
+    assert len(rows.val_y) == len(w.val_days) and len(rows.y) == len(days)
+    litres = w.to_litres(w.series)
+    np.testing.assert_allclose(rows.val_y * rows.val_weight, w.to_litres(w.y_val))
+    assert np.isfinite(litres[days]).all()
+
+
+@pytest.mark.e2e
+def test_a_tree_run_in_flower_is_the_pooled_fit_and_forecasts_tomorrow(run_app, tmp_path):
+    """A real `flwr run` of the trees on a utility's meter file: the ensemble every node was served equals the
+    pooled fit of the same rows on the same bins, the summary says what the fit cost, and `python -m
+    bouquet.forecast` forecasts again from the saved ensemble."""
+    run_config = (f'forecaster="improved" forecast-model="trees" data-source="csv" data-path="{METERS}" '
+                  'active-factor=0 min-history-days=0 split="origins" origin=2 validation-days=28 fallback="combine" '
+                  'tree-count=5 tree-max-depth=3 tree-max-bins=15 tree-min-child-samples=10')
+    folder, stdout = run_app(run_config, supernodes=3)
+    run = RunFolder(folder)
+    summary = run.summary()
+    fitted = summary["tree-fit"]
+    assert summary["forecast-model"] == "trees" and summary["clients-evaluated"] == 3
+    assert fitted["exchanges"] == 1 + 1 + 5 * 4 + 1 and fitted["nodes"] == 3
+    assert fitted["bytes-from-nodes"] > 0 and len(fitted["val-mae-litres-by-trees"]) == 6
+    assert "trees: fitted in" in stdout and "bouquet summary: 5 trees" in stdout
+    assert len(run.table("trees")) == 6
+    models = sorted((folder / "models").glob("*.npz"))
+    assert len(models) == 3
+    stored = forecast.load_forecasters(folder)
+    ensembles = [Ensemble.from_arrays(entry["model"]) for entry in stored.values()]
+    config = AppConfig.from_run_config(RunFolder(folder).config())
+    tasks = [TreeWaterTask.for_node(config.water_data, config.trees, config.tree_features, k, None, config.fallback)
+             for k in range(3)]
+    pooled, _ = fit(PartiesSource([t.rows for t in tasks], config.trees), config.trees, edges=ensembles[0].edges)
+    for ensemble in ensembles:
+        for a, b in zip(ensemble.trees, pooled.trees, strict=True):
+            np.testing.assert_array_equal(a.feature, b.feature)
+            np.testing.assert_allclose(a.value, b.value, atol=1e-9)
+    ahead = run.table("forecast")
+    assert len(ahead) == 21 and (ahead["forecast-litres"] >= 0).all()
+    out = tmp_path / "again.csv"
+    assert forecast.main([str(folder), "--data", str(METERS), "--out", str(out)]) == 0
+    merged = ahead.merge(pd.read_csv(out), on=["household", "day"], suffixes=("", "-again"))
+    assert len(merged) == 21
+    np.testing.assert_allclose(merged["forecast-litres-again"], merged["forecast-litres"], rtol=1e-9)
+
+
+def test_tree_params_reach_the_config_and_bad_values_name_their_key():
+    from bouquet.config import ConfigError
+
+    config = AppConfig.from_run_config({"forecast-model": "trees", "tree-count": 7, "tree-objective": "huber",
+                                        "tree-holidays": "none"})
+    assert config.forecast_model.trees and config.trees == TreeParams(objective="huber", trees=7)
+    with pytest.raises(ConfigError, match="tree-count"):
+        AppConfig.from_run_config({"tree-count": 0})
+    with pytest.raises(ConfigError, match="forecast-model"):
+        AppConfig.from_run_config({"forecast-model": "forest"})
+    with pytest.raises(ConfigError, match="tree-holidays"):
+        AppConfig.from_run_config({"tree-holidays": "ES-ZZ"})
