@@ -265,8 +265,12 @@ def test_requests_and_ensembles_travel_as_arrays():
     np.testing.assert_array_equal(back.tree.threshold, ensemble.trees[2].threshold)
     with pytest.raises(ValueError, match="kind"):
         Request("gradients")
+    broken = ensemble.trees[0].to_array()
+    broken[:, 3] = 0  # every left child the root
     with pytest.raises(ValueError, match="children"):
-        Tree.from_arrays({**ensemble.trees[0].to_arrays(), "left": np.zeros(len(ensemble.trees[0].feature))})
+        Tree.from_array(broken)
+    with pytest.raises(ValueError, match="tree sizes"):
+        Request.from_arrays({**request.to_arrays()[0], "apply-sizes": [1, 1]}, request.to_arrays()[1])
 
 
 def test_a_party_that_missed_a_tree_is_out_of_step():
@@ -294,7 +298,7 @@ def test_a_source_whose_parties_disagree_on_the_trees_stops_the_fit():
         def sums(self, request):
             out = super().sums(request)
             if request.kind == "histograms" and request.first == 1:
-                out["applied"] = out["applied"] - 1  # one party says it has one tree fewer
+                out["counters"] = out["counters"] - np.array([1.0, 0.0, 0.0])  # one party has one tree fewer
             return out
 
     with pytest.raises(OutOfStep, match="applied"):

@@ -45,7 +45,7 @@ import numpy as np
 
 from bouquet.params import RunConfigKeys, require
 
-__all__ = ["OBJECTIVES", "Ensemble", "FitLog", "OutOfStep", "PartiesSource", "PartyState", "Request", "Rows", "Source",
+__all__ = ["COUNTERS", "OBJECTIVES", "Ensemble", "FitLog", "OutOfStep", "PartiesSource", "PartyState", "Request", "Rows", "Source",
            "Split", "Tree", "TreeGrower", "TreeParams", "add_replies", "answer",
            "best_splits", "bin_codes", "fit", "gradients", "histogram_median", "merge_sketches",
            "node_histograms", "pooled_source", "quantile_sketch", "residual_histogram", "route",
@@ -220,23 +220,22 @@ class Tree:
     ARRAYS: ClassVar[tuple[str, ...]] = ("feature", "threshold", "missing_left", "left", "right", "value")
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> Tree:
-        missing = [name for name in cls.ARRAYS if name not in arrays]
-        if missing:
-            raise ValueError(f"a tree needs the arrays {', '.join(cls.ARRAYS)}; missing {', '.join(missing)}")
-        tree = cls(np.asarray(arrays["feature"], dtype=np.int32), np.asarray(arrays["threshold"], dtype=np.int32),
-                   np.asarray(arrays["missing_left"], dtype=bool), np.asarray(arrays["left"], dtype=np.int32),
-                   np.asarray(arrays["right"], dtype=np.int32), np.asarray(arrays["value"], dtype=np.float64))
+    def from_array(cls, packed: np.ndarray) -> Tree:
+        """The tree of :meth:`to_array`'s (nodes, 6) array (one array: a message carries few, large ones)."""
+        packed = np.asarray(packed, dtype=np.float64)
+        if packed.ndim != 2 or packed.shape[1] != len(cls.ARRAYS) or not len(packed):
+            raise ValueError(f"a tree is a non-empty (nodes, {len(cls.ARRAYS)}) array, got shape {packed.shape}")
+        tree = cls(packed[:, 0].astype(np.int32), packed[:, 1].astype(np.int32), packed[:, 2] != 0,
+                   packed[:, 3].astype(np.int32), packed[:, 4].astype(np.int32), packed[:, 5].copy())
         n = len(tree.feature)
-        if n < 1 or any(len(getattr(tree, name)) != n for name in cls.ARRAYS):
-            raise ValueError("a tree's arrays must be non-empty and of one length")
         inner = tree.feature >= 0
         if (inner & ((tree.left <= np.arange(n)) | (tree.right <= np.arange(n)) | (tree.right >= n))).any():
             raise ValueError("a tree's children must come after their parent and exist")
         return tree
 
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {name: getattr(self, name) for name in self.ARRAYS}
+    def to_array(self) -> np.ndarray:
+        """The tree as one (nodes, 6) float64 array: feature, threshold, missing_left, left, right, value."""
+        return np.stack([getattr(self, name).astype(np.float64) for name in self.ARRAYS], axis=1)
 
     @property
     def leaves(self) -> np.ndarray:
@@ -274,22 +273,19 @@ def slow_predict(tree: Tree, codes: np.ndarray, missing: int) -> np.ndarray:
     return out
 
 
-def _stack_trees(trees: Sequence[Tree]) -> dict[str, np.ndarray]:
-    """Trees as one set of arrays: their node arrays end to end and ``tree-sizes``."""
+def _stack_trees(trees: Sequence[Tree]) -> tuple[np.ndarray, list[int]]:
+    """Trees as one (nodes, 6) array, end to end, and each tree's node count."""
     if not trees:
-        return {"tree-sizes": np.zeros(0, dtype=np.int64)}
-    out = {name: np.concatenate([getattr(t, name) for t in trees]) for name in Tree.ARRAYS}
-    out["tree-sizes"] = np.array([len(t.feature) for t in trees], dtype=np.int64)
-    return out
+        return np.zeros((0, len(Tree.ARRAYS))), []
+    return np.concatenate([t.to_array() for t in trees]), [len(t.feature) for t in trees]
 
 
-def _unstack_trees(arrays: dict[str, np.ndarray]) -> tuple[Tree, ...]:
-    sizes = np.asarray(arrays.get("tree-sizes", np.zeros(0)), dtype=np.int64)
-    if (sizes < 1).any():
-        raise ValueError("every tree has at least one node")
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
-    return tuple(Tree.from_arrays({name: arrays[name][a:b] for name in Tree.ARRAYS})
-                 for a, b in itertools.pairwise(bounds))
+def _unstack_trees(packed: np.ndarray, sizes: Sequence[int]) -> tuple[Tree, ...]:
+    sizes = [int(n) for n in sizes]
+    if any(n < 1 for n in sizes) or sum(sizes) != len(packed):
+        raise ValueError(f"tree sizes {sizes} do not cover the {len(packed)} nodes sent")
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return tuple(Tree.from_array(packed[a:b]) for a, b in itertools.pairwise(bounds))
 
 
 @dataclass(frozen=True)
@@ -320,16 +316,22 @@ class Ensemble:
         return self.predict_codes(bin_codes(x, self.edges), trees)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"init": np.array([self.init]), "edges": self.edges, **_stack_trees(self.trees)}
+        packed, sizes = _stack_trees(self.trees)
+        return {"init": np.array([self.init]), "edges": self.edges, "trees": packed,
+                "tree-sizes": np.array(sizes, dtype=np.int64)}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> Ensemble:
-        if "init" not in arrays or "edges" not in arrays:
-            raise ValueError("a tree ensemble needs its 'init' and 'edges' arrays")
+        missing = [k for k in ("init", "edges", "trees", "tree-sizes") if k not in arrays]
+        if missing:
+            raise ValueError(f"a tree ensemble needs the arrays init, edges, trees and tree-sizes; missing "
+                             f"{', '.join(missing)}")
         edges = np.asarray(arrays["edges"], dtype=np.float64)
         if edges.ndim != 2:
             raise ValueError(f"edges must be inputs x (max_bins - 1), got shape {edges.shape}")
-        return cls(float(np.asarray(arrays["init"]).ravel()[0]), _unstack_trees(arrays), edges)
+        return cls(float(np.asarray(arrays["init"]).ravel()[0]),
+                   _unstack_trees(np.asarray(arrays["trees"]).reshape(-1, len(Tree.ARRAYS)), arrays["tree-sizes"]),
+                   edges)
 
 
 # ------------------------------------------------------------------------------------------------ the sums
@@ -593,6 +595,8 @@ class TreeGrower:
 
 
 # ----------------------------------------------------------------------------------------- the parties
+#: What the ``counters`` array of a reply counts, in order (summed over parties like every other array).
+COUNTERS = ("applied", "validation-mae", "validation-parties")
 #: The kinds of :class:`Request`, in the order a fit sends them.
 REQUESTS = ("sketch", "start", "histograms", "residuals", "apply")
 
@@ -622,23 +626,25 @@ class Request:
             raise ValueError(f"request kind must be one of {', '.join(REQUESTS)}, got {self.kind!r}")
 
     def to_arrays(self) -> tuple[dict[str, object], dict[str, np.ndarray]]:
-        """``(config, arrays)``: the scalars and the arrays of the request (what a message carries)."""
-        config = {"kind": self.kind, "init": float(self.init), "first": int(self.first), "points": int(self.points)}
-        arrays = {f"apply-{k}": v for k, v in _stack_trees(self.apply).items()}
+        """``(config, arrays)``: the scalars and lists, and at most three arrays (the trees to apply, the growing
+        tree, the bins): what a message carries."""
+        packed, sizes = _stack_trees(self.apply)
+        config = {"kind": self.kind, "init": float(self.init), "first": int(self.first), "points": int(self.points),
+                  "apply-sizes": sizes, "nodes": [int(k) for k in self.nodes]}
+        arrays = {"apply": packed}
         if self.tree is not None:
-            arrays |= {f"tree-{k}": v for k, v in self.tree.to_arrays().items()}
-        arrays["nodes"] = np.asarray(self.nodes, dtype=np.int64)
+            arrays["tree"] = self.tree.to_array()
         if self.edges is not None:
             arrays["edges"] = self.edges
         return config, arrays
 
     @classmethod
     def from_arrays(cls, config: dict[str, object], arrays: dict[str, np.ndarray]) -> Request:
-        apply = _unstack_trees({k.removeprefix("apply-"): v for k, v in arrays.items() if k.startswith("apply-")})
-        tree_arrays = {k.removeprefix("tree-"): v for k, v in arrays.items() if k.startswith("tree-")}
-        return cls(str(config["kind"]), float(config.get("init", float("nan"))), int(config.get("first", 0)), apply,
-                   Tree.from_arrays(tree_arrays) if tree_arrays else None,
-                   np.asarray(arrays.get("nodes", np.zeros(0)), dtype=np.int64), arrays.get("edges"),
+        packed = np.asarray(arrays.get("apply", np.zeros((0, len(Tree.ARRAYS))))).reshape(-1, len(Tree.ARRAYS))
+        return cls(str(config["kind"]), float(config.get("init", float("nan"))), int(config.get("first", 0)),
+                   _unstack_trees(packed, list(config.get("apply-sizes", []))),
+                   Tree.from_array(arrays["tree"]) if "tree" in arrays else None,
+                   np.asarray(config.get("nodes", []), dtype=np.int64), arrays.get("edges"),
                    int(config.get("points", 0)))
 
 
@@ -694,14 +700,16 @@ class PartyState:
         return cls(np.zeros((0, 0)), float("nan"), 0, np.zeros(0), np.zeros(0))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"edges": self.edges, "init": np.array([self.init]), "applied": np.array([self.applied]),
-                "pred": self.pred, "val-pred": self.val_pred}
+        """Two arrays: the bins, and ``[init, applied, n, pred (n), val_pred]``."""
+        head = np.array([self.init, float(self.applied), float(len(self.pred))])
+        return {"edges": self.edges, "state": np.concatenate([head, self.pred, self.val_pred])}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> PartyState:
-        return cls(np.asarray(arrays["edges"], dtype=np.float64), float(np.asarray(arrays["init"]).ravel()[0]),
-                   int(np.asarray(arrays["applied"]).ravel()[0]), np.asarray(arrays["pred"], dtype=np.float64),
-                   np.asarray(arrays["val-pred"], dtype=np.float64))
+        state = np.asarray(arrays["state"], dtype=np.float64)
+        n = int(state[2])
+        return cls(np.asarray(arrays["edges"], dtype=np.float64), float(state[0]), int(state[1]),
+                   state[3:3 + n].copy(), state[3 + n:].copy())
 
 
 class OutOfStep(RuntimeError):
@@ -713,9 +721,10 @@ def answer(request: Request, rows: Rows, state: PartyState, params: TreeParams) 
     """A party's reply to ``request`` from its own ``rows`` and ``state``, and its next state.
 
     Every array of the reply but a ``sketch``'s is a sum over the party's rows: the server adds the parties'
-    replies up.  Replies after the start also carry ``applied`` (trees applied, 1 per party: the server checks
-    every party is in step) and the validation rows' absolute error sum and count (``val-abs-error``,
-    ``val-count``; weighted by ``val_weight``).
+    replies up.  Replies after the start also carry ``counters`` (:data:`COUNTERS`): the trees applied (the
+    server checks every party is in step), the party's mean absolute error on its validation rows (weighted by
+    ``val_weight``: litres for the water forecasters) and 1 where it has any, so that the sums give the mean
+    over parties.
     """
     if request.kind == "sketch":
         quantiles, counts = quantile_sketch(rows.x, request.points)
@@ -748,10 +757,12 @@ def answer(request: Request, rows: Rows, state: PartyState, params: TreeParams) 
             val_pred = val_pred + tree.predict_codes(val_codes, missing)
         applied = k + 1
     state = PartyState(state.edges, request.init if np.isfinite(request.init) else state.init, applied, pred, val_pred)
-    reply: dict[str, np.ndarray] = {"applied": np.array([float(applied)])}
+    counters = np.zeros(len(COUNTERS))
+    counters[0] = applied
     if rows.val_x is not None and len(rows.val_x):
-        reply["val-abs-error"] = np.array([float(np.sum(np.abs(val_pred - rows.val_y) * rows.val_weight))])
-        reply["val-count"] = np.array([float(len(rows.val_y))])
+        counters[1] = float(np.mean(np.abs(val_pred - rows.val_y) * rows.val_weight))
+        counters[2] = 1.0
+    reply: dict[str, np.ndarray] = {"counters": counters}
     if request.kind in ("histograms", "residuals"):
         if request.tree is None:
             raise ValueError(f"a {request.kind} request carries the growing tree")
@@ -826,14 +837,15 @@ def pooled_source(x: np.ndarray, y: np.ndarray, params: TreeParams, val_x: np.nd
 @dataclass
 class FitLog:
     """What a fit did: the exchanges it made, and the validation error after each number of trees (index k: k
-    trees; NaN without validation rows)."""
+    trees; the mean over the parties that have validation rows of each one's mean absolute error; NaN without
+    any)."""
 
     exchanges: int = 0
     validation: list[float] = field(default_factory=list)
 
     def record(self, reply: dict[str, np.ndarray]) -> None:
-        count = float(reply.get("val-count", [0.0])[0])
-        self.validation.append(float(reply["val-abs-error"][0]) / count if count else float("nan"))
+        _, mae, parties = reply["counters"]
+        self.validation.append(float(mae / parties) if parties else float("nan"))
 
 
 def fit(source: Source, params: TreeParams, edges: np.ndarray | None = None,
@@ -867,8 +879,9 @@ def fit(source: Source, params: TreeParams, edges: np.ndarray | None = None,
         reply = source.sums(request)
         log.exchanges += 1
         expected = request.first + len(request.apply)
-        if request.kind != "start" and float(reply["applied"][0]) != float(reply["parties"][0]) * expected:
-            raise OutOfStep(f"{reply['parties'][0]:g} parties report {reply['applied'][0]:g} trees applied in all, "
+        applied = float(reply["counters"][0]) if request.kind != "start" else 0.0
+        if request.kind != "start" and applied != float(reply["parties"][0]) * expected:
+            raise OutOfStep(f"{reply['parties'][0]:g} parties report {applied:g} trees applied in all, "
                             f"not {expected} each")
         return reply
 

@@ -7,7 +7,11 @@ frame (``forecaster, seed, household, origin, day, actual, forecast``).
 * :func:`stats_rows`, :func:`lightgbm_rows`: statsforecast's and LightGBM's (:mod:`bouquet.forecasting.baselines`,
   the forecasting extra);
 * :func:`pooled_lstm_rows`: one LSTM trained on every household's fit windows at once (the centralised
-  reference of the federation), then each household's early-stopped fine-tuning and the same serving rule.
+  reference of the federation), then each household's early-stopped fine-tuning and the same serving rule;
+* :func:`tree_rows`: bouquet's gradient-boosted trees in process, either the federated fit's twin (every
+  household a party, the bins merged from their sketches, their sums added in the pool's order: the trees a
+  Flower run grows, which ``tests/test_trees_flower.py`` shows) or pooled (one party holding every row);
+* :func:`level_lightgbm_rows`: LightGBM on the same inputs and level-scaled target, pooled or per household.
 
 ``part`` is ``"validation"`` (the days before the origin that validate; the test period locked) or ``"test"``
 (the origin's block).  Every forecaster reads every day before the day it forecasts and nothing after it.
@@ -28,8 +32,8 @@ from bouquet.data.water import ClientWindows, load_pool
 from bouquet.forecasting.evaluation import mase_scale
 from bouquet.results import RunFolder
 
-__all__ = ["OriginData", "federated_rows", "federated_validation", "lightgbm_rows", "naive_rows", "origin_data",
-           "pooled_lstm_rows", "stats_rows"]
+__all__ = ["OriginData", "federated_rows", "federated_validation", "level_lightgbm_rows", "lightgbm_rows",
+           "naive_rows", "origin_data", "pooled_lstm_rows", "stats_rows", "tree_rows"]
 
 COLUMNS = ["forecaster", "seed", "household", "origin", "day", "actual", "forecast"]
 
@@ -195,3 +199,46 @@ def pooled_lstm_rows(data: OriginData, epochs: int, learning_rate: float, seed: 
         alone[household], served[household] = model_litres, combine(model_litres, baseline, serving.weight)
     rows = pd.concat([data.rows(name, seed, served), data.rows(f"{name} (model)", seed, alone)], ignore_index=True)
     return rows, pd.DataFrame(validation)
+
+
+def _tree_inputs(data: OriginData) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each household's training rows (:func:`bouquet.tasks.trees.household_rows`) and the inputs of the part's
+    days."""
+    from bouquet.forecasting.features import daily_features
+    from bouquet.tasks.trees import household_rows
+
+    params = data.config.tree_features
+    rows, inputs = {}, {}
+    for household, w in data.windows.items():
+        rows[household] = household_rows(w, params)[0]
+        inputs[household] = daily_features(w.to_litres(w.series), w.first_day, w.day_index(data.days[household]),
+                                           params)
+    return rows, inputs
+
+
+def tree_rows(data: OriginData, params: Any, name: str, federated: bool = True) -> tuple[pd.DataFrame, Any]:
+    """bouquet's trees (``params``: :class:`bouquet.algorithms.trees.TreeParams`) on the part's days: the federated
+    fit's in-process twin (``federated``: a party per household) or the pooled fit (one party).  Returns the rows
+    (``<name>``, the model alone) and the fit's log."""
+    from bouquet.algorithms.trees import PartiesSource, fit, pooled_source
+
+    rows, inputs = _tree_inputs(data)
+    parties = list(rows.values())
+    if federated:
+        source = PartiesSource(parties, params)
+    else:
+        source = pooled_source(np.concatenate([r.x for r in parties]), np.concatenate([r.y for r in parties]), params)
+    ensemble, log = fit(source, params)
+    forecasts = {h: f.litres(ensemble.predict(f.x)) for h, f in inputs.items()}
+    return data.rows(name, 0, forecasts), log
+
+
+def level_lightgbm_rows(data: OriginData, params: Any, pooled: bool, name: str) -> pd.DataFrame:
+    """LightGBM on the trees' inputs and level-scaled target (:func:`bouquet.forecasting.baselines.level_lightgbm_forecasts`),
+    pooled or per household, on the part's days."""
+    from bouquet.forecasting.baselines import level_lightgbm_forecasts
+
+    rows, inputs = _tree_inputs(data)
+    ratios = level_lightgbm_forecasts({h: (r.x, r.y) for h, r in rows.items()}, {h: f.x for h, f in inputs.items()},
+                                      params, pooled)
+    return data.rows(name, 0, {h: inputs[h].litres(ratios[h]) for h in inputs})

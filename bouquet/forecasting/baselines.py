@@ -4,7 +4,12 @@
   ``AutoETS(season_length=7)`` per household;
 * mlforecast + LightGBM: a gradient-boosted forecaster from lags 1-14, rolling means of the last 7 and 28 days
   and the weekday, either one model per household (``local``) or one model on every household (``pooled``,
-  the centralised reference).
+  the centralised reference);
+* LightGBM as a forecaster would fit it (:func:`level_lightgbm_forecasts`): the tree forecasters' inputs and
+  level-scaled target (:mod:`bouquet.forecasting.features`), the L1 objective, and in the pooled model the
+  household as a categorical input.  It reads the same inputs as bouquet's federated trees, so a comparison
+  isolates how the trees are trained; mlforecast's lag transforms cover the lags and rolling statistics but not
+  the weekday profile or the holidays, so the inputs are built once, here, for both.
 
 Each forecasts every day of a span one step ahead, from every actual before it (``cross_validation`` with
 ``h = 1`` and a step of one day; statsforecast refits each day, or every ``refit`` days and updates its state
@@ -30,8 +35,8 @@ import pandas as pd
 
 from bouquet.params import require
 
-__all__ = ["EXTRA", "STATS_MODELS", "LightGBMParams", "lightgbm_forecasts", "long_frame", "require_extra",
-           "stats_forecasts"]
+__all__ = ["EXTRA", "STATS_MODELS", "LevelLightGBMParams", "LightGBMParams", "level_lightgbm_forecasts",
+           "lightgbm_forecasts", "long_frame", "require_extra", "stats_forecasts"]
 
 #: How to install the libraries this module drives.
 EXTRA = 'pip install "bouquet-fl[forecasting]"'
@@ -217,4 +222,94 @@ def lightgbm_forecasts(frame: pd.DataFrame, days: int, params: LightGBMParams = 
             pieces.append(out[["unique_id", "ds", "lightgbm"]])
     out = pd.concat(pieces, ignore_index=True)
     out["lightgbm"] = out["lightgbm"].clip(lower=0)
+    return out
+
+
+@dataclass(frozen=True)
+class LevelLightGBMParams:
+    """LightGBM on the tree forecasters' inputs and level-scaled target (:func:`level_lightgbm_forecasts`).
+
+    Parameters
+    ----------
+    objective : {"l1", "l2", "huber"}, default "l1"
+        LightGBM's ``regression_l1`` (leaves renewed to the median residual), ``regression`` or ``huber``.
+    num_leaves : int, default 31
+    max_depth : int, default -1
+        -1: no limit (leaf-wise growth up to ``num_leaves``).
+    learning_rate : float, default 0.05
+    n_estimators : int, default 300
+    min_child_samples : int, default 20
+    subsample : float, default 1.0
+        Bagging: the share of rows each tree sees (every tree when < 1).
+    huber_delta : float, default 1.0
+    household_id : bool, default True
+        The pooled model reads the household as a categorical input.
+    seed : int, default 0
+    """
+
+    objective: str = "l1"
+    num_leaves: int = 31
+    max_depth: int = -1
+    learning_rate: float = 0.05
+    n_estimators: int = 300
+    min_child_samples: int = 20
+    subsample: float = 1.0
+    huber_delta: float = 1.0
+    household_id: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        require(self.objective in ("l1", "l2", "huber"), "objective",
+                f"objective must be l1, l2 or huber, got {self.objective!r}")
+        require(self.num_leaves >= 2, "num_leaves", f"num_leaves must be >= 2, got {self.num_leaves}")
+        require(self.learning_rate > 0, "learning_rate", f"learning_rate must be > 0, got {self.learning_rate}")
+        require(self.n_estimators >= 1, "n_estimators", f"n_estimators must be >= 1, got {self.n_estimators}")
+        require(0 < self.subsample <= 1, "subsample", f"subsample must be in (0, 1], got {self.subsample}")
+
+
+def level_lightgbm_forecasts(train: Mapping[str, tuple[np.ndarray, np.ndarray]], predict: Mapping[str, np.ndarray],
+                             params: LevelLightGBMParams = LevelLightGBMParams(), pooled: bool = True
+                             ) -> dict[str, np.ndarray]:
+    """LightGBM's predictions (in the target's units: ratios to the level) of each household's rows ``predict``,
+    fitted on ``train`` (household -> (inputs, targets)): one model on every household's rows (``pooled``, the
+    household a categorical input when ``params.household_id``) or one per household."""
+    require_extra("lightgbm")
+    import lightgbm as lgb
+
+    objective = {"l1": "regression_l1", "l2": "regression", "huber": "huber"}[params.objective]
+    names = sorted(train)
+    code = {h: float(i) for i, h in enumerate(names)}
+
+    def model() -> Any:
+        return lgb.LGBMRegressor(objective=objective, num_leaves=params.num_leaves, max_depth=params.max_depth,
+                                 learning_rate=params.learning_rate, n_estimators=params.n_estimators,
+                                 min_child_samples=params.min_child_samples, subsample=params.subsample,
+                                 subsample_freq=1 if params.subsample < 1 else 0, alpha=params.huber_delta,
+                                 random_state=params.seed, n_jobs=1, verbose=-1, deterministic=True,
+                                 force_row_wise=True)
+
+    def with_id(household: str, x: np.ndarray) -> np.ndarray:
+        if not (pooled and params.household_id):
+            return x
+        return np.column_stack([x, np.full(len(x), code.get(household, np.nan))])
+
+    out: dict[str, np.ndarray] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if pooled:
+            x = np.concatenate([with_id(h, train[h][0]) for h in names])
+            y = np.concatenate([train[h][1] for h in names])
+            fitted = model()
+            extra = {"categorical_feature": [x.shape[1] - 1]} if params.household_id else {}
+            fitted.fit(x, y, **extra)
+            for household, rows in predict.items():
+                out[household] = fitted.predict(with_id(household, rows)) if len(rows) else np.zeros(0)
+            return out
+        for household, rows in predict.items():
+            if household not in train or not len(train[household][1]) or not len(rows):
+                out[household] = np.full(len(rows), np.nan)
+                continue
+            fitted = model()
+            fitted.fit(*train[household])
+            out[household] = fitted.predict(rows)
     return out
