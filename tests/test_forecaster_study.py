@@ -63,6 +63,8 @@ def test_rolling_study_locks_the_test_blocks_until_final_and_scores_them_once(tm
                                                 "num-server-rounds = [1, 2]\n")
     (study / "arms" / "local.toml").write_text('strategy = "local"\nnum-server-rounds = 1\n[grid]\n'
                                                "local-epochs = [1, 2]\n")
+    (study / "arms" / "trees.toml").write_text('forecast-model = "trees"\ntree-max-depth = 2\ntree-max-bins = 15\n'
+                                               'tree-min-child-samples = 5\n[grid]\ntree-count = [2, 4]\n')
     runner = run_forecaster_study
     args = ["--study", str(study), "--data", "synthetic", "--profile", "smoke", "--tune-seeds", "0",
             "--supernodes", "4", "--out", str(tmp_path / "out"), "--ray-address", ray_head.address, "--refit", "7"]
@@ -70,8 +72,13 @@ def test_rolling_study_locks_the_test_blocks_until_final_and_scores_them_once(tm
     out = tmp_path / "out" / "synthetic-smoke"
     choices = pd.read_csv(out / "choices.csv")
     assert not any("test" in column for column in choices.columns)
-    assert {"fedavg", "local", "ETS", "LightGBM pooled", "LSTM pooled", "window average"} <= set(choices["arm"])
+    assert {"fedavg", "local", "trees", "trees pooled", "ETS", "LightGBM pooled", "LSTM pooled",
+            "window average"} <= set(choices["arm"])
     assert choices.groupby("arm")["chosen"].sum().eq(1).all()
+    # the trees are tuned in process (no Flower run), and the pooled trees follow the trees arm's choice
+    assert not (out / "tuning" / "trees").exists()
+    picked = choices[choices["chosen"]].set_index("arm")["candidate"]
+    assert picked["trees pooled"] == "trees pooled" + picked["trees"][len("trees"):]
     for summary in (out / "tuning").rglob("summary.json"):  # the tuning runs never saw a test day
         assert json.loads(summary.read_text())["test-period-scored"] is False
     assert not (out / "test-log.jsonl").exists() and not (out / "table.csv").exists()
@@ -82,10 +89,15 @@ def test_rolling_study_locks_the_test_blocks_until_final_and_scores_them_once(tm
     assert set(households["origin"]) == {0, 1, 2} and {"mae", "rmse", "mase"} <= set(households.columns)
     assert households["household"].str.startswith(("d0:", "d1:")).all()  # the synthetic pool anew per seed
     table = pd.read_csv(out / "table.csv").set_index("forecaster")
-    assert {"fedavg", "fedavg (model)", "local", "best baseline per household", "ETS", "LightGBM pooled",
-            "LightGBM local", "LSTM pooled", "naive: blend"} <= set(table.index)
-    mean = households[households["forecaster"] == "fedavg"].groupby("household")["mae"].mean().mean()
+    assert {"fedavg", "fedavg (model)", "local", "trees", "trees (model)", "trees pooled",
+            "best baseline per household", "ETS", "LightGBM pooled", "LightGBM local", "LSTM pooled",
+            "naive: blend"} <= set(table.index)
+    mean = households[households["forecaster"] == "fedavg"]["mae"].mean()  # over the household-origin units
     assert table.loc["fedavg", "MAE"] == pytest.approx(mean)
+    own = households[households["forecaster"] == "best baseline per household"]["mae"].mean()
+    assert table.loc["fedavg", "vs own best baseline"].startswith(f"{100 * (1 - mean / own):+.1f} %")
+    served = pd.read_csv(out / "served.csv")
+    assert set(served["arm"]) == {"fedavg", "trees", "local"} and served[["model", "combined", "baseline"]].sum().sum()
     assert "[" in table.loc["fedavg", "vs own best baseline"] and "[" in table.loc["fedavg", "vs pooled LightGBM"]
     assert (out / "table.png").stat().st_size > 5000 and (out / "forecasts.csv.gz").exists()
     assert runner.main([*args, "--seeds", "0", "1", "--final"]) == 0  # resumable; the second scoring is logged

@@ -11,6 +11,7 @@ from bouquet.analysis.rolling_study import (
     household_errors,
     per_household_choice,
     study_table,
+    wilson_interval,
 )
 
 
@@ -77,3 +78,34 @@ def test_study_table_by_hand():
     assert table.loc["model", "beats own best baseline"] == 1.0
     assert table.loc["model", "DM better / worse"] == "100 % / 0 %"
     assert table.loc["own", "vs own best baseline"] == "" and np.isnan(table.loc["own", "beats own best baseline"])
+
+
+def test_one_skill_definition_and_the_honest_columns():
+    """Households with different numbers of origins: the MAE column is the mean over household-origin units, so the
+    skill column is 1 - MAE / own MAE; the share beating their own baseline carries Wilson's interval; the skill
+    without the households that gain most; the MAE on holidays and on the other days."""
+    days = pd.date_range("2024-01-01", periods=6).strftime("%Y-%m-%d").tolist()
+    frames = []
+    for household, origins, own_err, model_err in (("a", 1, 10.0, 1.0), ("b", 3, 10.0, 9.0), ("c", 3, 10.0, 11.0),
+                                                   ("d", 2, 10.0, 9.5)):
+        for origin in range(origins):
+            actual = np.full(6, 100.0)
+            frames += [rows("own", household, origin, days, actual, actual + own_err),
+                       rows("model", household, origin, days, actual, actual + model_err)]
+    forecasts = common_days(pd.concat(frames, ignore_index=True))
+    errors = household_errors(forecasts)
+    table = study_table(forecasts, errors, best_baseline="own", own_baseline="own", resamples=200, top=1,
+                        holidays=[np.datetime64("2024-01-01")]).set_index("forecaster")
+    units = {"a": 1, "b": 3, "c": 3, "d": 2}
+    model = sum(n * e for n, e in zip(units.values(), (1.0, 9.0, 11.0, 9.5))) / 9
+    assert table.loc["model", "MAE"] == pytest.approx(model)  # over the 9 units, not the 4 households
+    assert table.loc["model", "vs own best baseline"].startswith(f"{100 * (1 - model / 10.0):+.1f} %")
+    assert table.loc["model", "beats own best baseline"] == pytest.approx(0.75)
+    assert table.loc["model", "beats [95 % CI]"] == "[30, 95] %"  # Wilson, 3 of 4
+    # without the one household that gains most (a: 9 L/day a unit): (3 * 9 + 3 * 11 + 2 * 9.5) / 8 against 10
+    without = 1 - (3 * 9.0 + 3 * 11.0 + 2 * 9.5) / 8 / 10.0
+    assert table.loc["model", "vs own best baseline without top 1"].startswith(f"{100 * without:+.1f} %")
+    assert table.loc["model", "MAE holidays"] == pytest.approx(model)  # every error is the same on each day
+    assert table.loc["own", "MAE other days"] == pytest.approx(10.0)
+    low, high = wilson_interval(0, 10)
+    assert low == pytest.approx(0, abs=1e-12) and 0.27 < high < 0.29

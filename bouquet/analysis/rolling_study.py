@@ -10,10 +10,13 @@ seed, household, origin and day with the actual litres and the forecast.  Everyt
   forecaster's in-sample MAE before the origin); written as ``households.csv`` with every study;
 * :func:`per_household_choice`: the best of a set of forecasters for each household on its validation days (a
   choice made once, on the design period), and :func:`chosen_forecasts` the forecasts it makes;
-* :func:`study_table`: one row per forecaster, households as the replicate: mean MAE, RMSE and MASE, relative
-  MAE against the best baseline, the gain against the per-household best baseline and against pooled LightGBM
-  with 95 % paired bootstrap intervals over households, the share of households whose MAE is below their own
-  best baseline's, and the Diebold-Mariano shares (significantly better / worse at 5 %).
+* :func:`study_table`: one row per forecaster, households as the replicate: MAE, RMSE and MASE (means over the
+  household-origin units), relative MAE against the best baseline, the skill against the per-household best
+  baseline and against pooled LightGBM (``1 - sum MAE / sum of the comparator's MAE`` over the same units) with
+  95 % paired bootstrap intervals over households, the skill without the three households that gain most,
+  the share of households whose MAE is below their own best baseline's with Wilson's interval, the
+  Diebold-Mariano shares (significantly better / worse at 5 %), and the MAE on public holidays and on the
+  other days.
 
 Pure numpy and pandas (bouquet.forecasting.evaluation); utilsforecast's ``mae`` / ``rmse`` give the same numbers
 (``tests/test_rolling_study.py``).
@@ -28,7 +31,8 @@ import pandas as pd
 
 from bouquet.forecasting.evaluation import diebold_mariano, dm_shares, household_bootstrap
 
-__all__ = ["chosen_forecasts", "common_days", "household_errors", "per_household_choice", "study_table"]
+__all__ = ["chosen_forecasts", "common_days", "household_errors", "per_household_choice", "study_table",
+           "wilson_interval"]
 
 KEYS = ["household", "origin", "day"]
 
@@ -86,9 +90,30 @@ def _mean_daily(forecasts: pd.DataFrame, forecaster: str) -> pd.Series:
     return (rows["forecast"] - rows["actual"]).abs().groupby([rows[k] for k in KEYS]).mean()
 
 
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's 95 % score interval of a share ``successes / n`` (a share of households is binomial)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(centre - half), float(centre + half)
+
+
+def _unit_pair(errors: pd.DataFrame, name: str, other: str) -> pd.DataFrame:
+    """Both forecasters' MAE on every household-origin unit where both have one."""
+    return errors[errors["forecaster"].isin([name, other])].pivot_table(
+        index=["household", "origin"], columns="forecaster", values="mae").dropna()
+
+
 def study_table(forecasts: pd.DataFrame, errors: pd.DataFrame, best_baseline: str, own_baseline: str,
-                pooled: str | None = None, order: Sequence[str] | None = None, resamples: int = 2000) -> pd.DataFrame:
+                pooled: str | None = None, order: Sequence[str] | None = None, resamples: int = 2000,
+                holidays: Sequence[np.datetime64] | None = None, top: int = 3) -> pd.DataFrame:
     """One row per forecaster (households as the replicate).
+
+    Every average is over the same household-origin units (a household's MAE at one origin), so that one skill
+    definition holds everywhere: skill against a comparator is ``1 - sum of MAE / sum of the comparator's MAE``
+    over the units both forecast, that is ``1 - MAE / MAE of the comparator`` in the table's columns.
 
     Parameters
     ----------
@@ -99,20 +124,24 @@ def study_table(forecasts: pd.DataFrame, errors: pd.DataFrame, best_baseline: st
     best_baseline : str
         The baseline with the lowest mean validation MAE (relative MAE is against it).
     own_baseline : str
-        The per-household best baseline chosen on validation (:func:`chosen_forecasts`): the gain, the share of
-        households beating it and the Diebold-Mariano tests are against it.
+        The per-household best baseline chosen on validation (:func:`chosen_forecasts`): the skill (with its 95 %
+        paired bootstrap interval over households), the skill without the ``top`` households that gain most,
+        the share of households beating it (with Wilson's interval) and the Diebold-Mariano tests are against it.
     pooled : str, optional
-        The centralised reference (pooled LightGBM): a second gain with its interval.
+        The centralised reference (pooled LightGBM): a second skill with its interval.
     order : forecaster names, optional
         The rows' order (default: by MAE).
+    holidays : days, optional
+        Public holidays: the MAE on them and on the other days (means over days).
     """
-    per_household = errors.groupby(["forecaster", "household"])[["mae", "rmse"]].mean().reset_index()
-    if "mase" in errors.columns:
-        per_household["mase"] = errors.groupby(["forecaster", "household"])["mase"].mean().to_numpy()
-    table = per_household.groupby("forecaster")[["mae", "rmse", *(["mase"] if "mase" in errors else [])]].mean()
+    table = errors.groupby("forecaster")[["mae", "rmse", *(["mase"] if "mase" in errors else [])]].mean()
     names = list(order) if order is not None else list(table.sort_values("mae").index)
+    per_household = errors.groupby(["forecaster", "household"])["mae"].mean().reset_index()
     wide = per_household.pivot(index="household", columns="forecaster", values="mae")
     daily = {name: _mean_daily(forecasts, name) for name in names}
+    is_holiday = None
+    if holidays is not None:
+        is_holiday = pd.to_datetime(forecasts["day"]).isin(pd.to_datetime(pd.Series(list(holidays))))
     rows = []
     for name in names:
         row = {"forecaster": name, "households": int(wide[name].notna().sum()), "MAE": table.loc[name, "mae"],
@@ -124,15 +153,25 @@ def study_table(forecasts: pd.DataFrame, errors: pd.DataFrame, best_baseline: st
             if other is None or other == name:
                 row[label] = ""
                 continue
-            pair = errors[errors["forecaster"].isin([name, other])].pivot_table(
-                index=["household", "origin"], columns="forecaster", values="mae").dropna()
+            pair = _unit_pair(errors, name, other)
             interval = household_bootstrap(pair[name], pair[other], pair.index.get_level_values("household"),
                                            resamples=resamples)
             row[label] = interval.text()
         if name == own_baseline:
+            row[f"vs own best baseline without top {top}"] = ""
             row["beats own best baseline"], row["DM better / worse"] = np.nan, ""
         else:
-            row["beats own best baseline"] = float((wide[name] < wide[own_baseline]).mean())
+            pair = _unit_pair(errors, name, own_baseline)
+            gain = (pair[own_baseline] - pair[name]).groupby(level="household").sum()
+            kept = pair[~pair.index.get_level_values("household").isin(gain.nlargest(top).index)]
+            row[f"vs own best baseline without top {top}"] = (
+                household_bootstrap(kept[name], kept[own_baseline], kept.index.get_level_values("household"),
+                                    resamples=resamples).text() if len(kept) else "")
+            beats = wide[name] < wide[own_baseline]
+            both = wide[[name, own_baseline]].notna().all(axis=1)
+            low, high = wilson_interval(int(beats[both].sum()), int(both.sum()))
+            row["beats own best baseline"] = float(beats[both].mean())
+            row["beats [95 % CI]"] = f"[{100 * low:.0f}, {100 * high:.0f}] %"
             tests = []
             for household in wide.index:
                 a = daily[name].xs(household, level="household")
@@ -140,5 +179,10 @@ def study_table(forecasts: pd.DataFrame, errors: pd.DataFrame, best_baseline: st
                 tests.append(diebold_mariano(a.to_numpy(), b.to_numpy()))
             shares = dm_shares(tests)
             row["DM better / worse"] = f"{100 * shares['better']:.0f} % / {100 * shares['worse']:.0f} %"
+        if is_holiday is not None:
+            mine = forecasts["forecaster"] == name
+            err = (forecasts["forecast"] - forecasts["actual"]).abs()
+            row["MAE holidays"] = float(err[mine & is_holiday].mean()) if (mine & is_holiday).any() else np.nan
+            row["MAE other days"] = float(err[mine & ~is_holiday].mean())
         rows.append(row)
     return pd.DataFrame(rows)

@@ -107,12 +107,19 @@ def choose_baseline(base: dict[str, Any], seeds: list[int]) -> tuple[str, dict[s
 
 
 # ---------------------------------------------------------------------------------------------- rolling origins
-#: The in-process baselines' candidates (each trainable one gets the federated arms' budget of four).
-POOLED_LSTM = [{"epochs": e, "learning-rate": lr} for e in (5, 10) for lr in (0.001, 0.01)]
-LIGHTGBM = [{"num_leaves": 15, "learning_rate": 0.05, "n_estimators": 200},
-            {"num_leaves": 31, "learning_rate": 0.05, "n_estimators": 200},
-            {"num_leaves": 15, "learning_rate": 0.1, "n_estimators": 100},
-            {"num_leaves": 63, "learning_rate": 0.03, "n_estimators": 300}]
+#: The in-process baselines' candidates: each trainable one gets the budget of the arm with the most (the trees and
+#: the LSTM arms: twelve).
+POOLED_LSTM = [{"epochs": e, "learning-rate": lr} for e in (3, 5, 10, 20) for lr in (0.001, 0.003, 0.01)]
+#: LightGBM as a forecaster would fit it (the trees' inputs, level-scaled target): the trees arm's grid in LightGBM's
+#: terms (leaf-wise with 2^depth leaves and the same depth), the rate and trees alike.
+LIGHTGBM = [{"objective": objective, "num_leaves": 2 ** depth, "max_depth": depth, "learning_rate": 0.1,
+             "n_estimators": trees, "huber_delta": 0.2}
+            for objective in ("l1", "huber") for depth in (4, 6) for trees in (50, 100, 200)]
+#: The arm whose runs grow bouquet's federated trees (``forecast-model = "trees"``): tuned by the fit's in-process
+#: twin (the same requests and sums, without the messages: the same trees), its test blocks fitted in Flower.
+TREES_ARM = "trees"
+#: The same trees trained on the pooled rows (one party holding every household's rows): the arm's choice.
+TREES_POOLED = "trees pooled"
 #: statsforecast's models, grouped as arms (the window of the window averages chosen on validation).
 STATS_ARMS = {"ETS": ["ETS"], "seasonal naive": ["seasonal naive"],
               "window average": ["window average 7", "window average 14", "window average 28"],
@@ -157,12 +164,21 @@ def _validation_mae(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def baseline_rows(base: dict[str, Any], seed: int, origin: int, part: str, choices: dict[str, str] | None,
-                  folder: Path, refit: int, households: int | None = None) -> pd.DataFrame:
+                  folder: Path, refit: int, households: int | None = None,
+                  trees: dict[str, dict[str, Any]] | None = None) -> pd.DataFrame:
     """Every in-process forecaster's rows on one origin's ``part`` days for the data of study seed ``seed``:
-    the nodes' naive forecasters, statsforecast's, LightGBM local and pooled, and the pooled LSTM (``choices``:
-    only each arm's chosen candidate; None: every candidate, for tuning).  Each step is cached under ``folder``."""
-    from bouquet.analysis.water_baselines import lightgbm_rows, naive_rows, origin_data, pooled_lstm_rows, stats_rows
-    from bouquet.forecasting.baselines import LightGBMParams
+    the nodes' naive forecasters, statsforecast's, LightGBM local and pooled, the pooled LSTM and the trees
+    (``trees``: the trees arm's candidates, name -> run config; for tuning, every candidate's federated twin and
+    its pooled fit; after it, the pooled fit of the arm's choice) (``choices``: only each arm's chosen
+    candidate; None: every candidate, for tuning).  Each step is cached under ``folder``."""
+    from bouquet.analysis.water_baselines import (
+        level_lightgbm_rows,
+        naive_rows,
+        origin_data,
+        pooled_lstm_rows,
+        stats_rows,
+    )
+    from bouquet.forecasting.baselines import LevelLightGBMParams
 
     data_id, train_seed = _replicate(base, seed)
     where = folder / f"{part}-origin-{origin}-data-{data_id}"
@@ -180,10 +196,19 @@ def baseline_rows(base: dict[str, Any], seed: int, origin: int, part: str, choic
             name = candidate_name(arm, grid)
             if choices is not None and choices.get(arm) != name:
                 continue
-            params = LightGBMParams(**grid, seed=0)
+            params = LevelLightGBMParams(**grid, seed=0)
             pieces.append(_cached(where / f"lgbm-{slug(name)}-{'pooled' if pooled else 'local'}.forecasts.csv",
-                                  lambda params=params, pooled=pooled, name=name: lightgbm_rows(
+                                  lambda params=params, pooled=pooled, name=name: level_lightgbm_rows(
                                       data, params, pooled, name)))
+    for name, run_config in (trees or {}).items():
+        inner = name[name.index("["):] if "[" in name else ""
+        for arm, federated in ((TREES_ARM, True), (TREES_POOLED, False)):
+            label = f"{arm}{inner}"
+            if choices is None or (arm == TREES_POOLED and choices.get(TREES_POOLED) == label):
+                params = _tree_params(base, run_config)
+                pieces.append(_cached(where / f"{arm.replace(' ', '-')}-{slug(label)}.forecasts.csv",
+                                      lambda params=params, federated=federated, label=label: _tree_forecasts(
+                                          data, params, federated, label)))
     for grid in POOLED_LSTM:
         name = candidate_name("LSTM pooled", grid)
         if choices is not None and choices.get("LSTM pooled") != name:
@@ -199,6 +224,21 @@ def baseline_rows(base: dict[str, Any], seed: int, origin: int, part: str, choic
     frame["seed"] = train_seed if data_id == 0 else 0
     frame.loc[~frame["forecaster"].str.startswith("LSTM pooled"), "seed"] = 0
     return _with_data(frame, data_id, base.get("data-source", "synthetic") == "synthetic")
+
+
+def _tree_params(base: dict[str, Any], run_config: dict[str, Any]) -> Any:
+    """The trees' params of a candidate's run config."""
+    from bouquet.config import AppConfig
+
+    return AppConfig.from_run_config({**base, **run_config}).trees
+
+
+def _tree_forecasts(data: Any, params: Any, federated: bool, name: str) -> pd.DataFrame:
+    from bouquet.analysis.water_baselines import tree_rows
+
+    print(f"{name} ({'the federated fit, in process' if federated else 'pooled'}), origin {data.origin} "
+          f"({data.part}) ...", flush=True)
+    return tree_rows(data, params, name, federated)[0]
 
 
 def _names(raw: str) -> tuple[str, str, bool]:
@@ -249,16 +289,20 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
         base, tune = {**base, "forecast-baseline": baseline}, {**tune, "forecast-baseline": baseline}
     grids = {arm: candidates(experiments, arm) for arm in arms}
     every = [c for arm in arms for c in grids[arm]]
+    trees = {c.name: c.run_config for c in grids.get(TREES_ARM, [])}  # tuned in process by the fit's twin
 
     def describe(summary: dict) -> str:
         return f"validation MAE {summary.get('val-mae-litres-mean', float('nan')):.2f} L/day"
 
     # 1. tuning: every candidate on the first origin's validation days, the test period locked
     jobs = [_job(f"{c.name} seed {s} (tuning)", {**tune, **c.run_config}, s,
-                 out / "tuning" / c.arm / slug(c.name) / f"seed-{s}", args) for c in every for s in args.tune_seeds]
+                 out / "tuning" / c.arm / slug(c.name) / f"seed-{s}", args)
+            for c in every if c.arm != TREES_ARM for s in args.tune_seeds]
     failures = run_jobs(ROOT, jobs, out / ".superlink", describe, args.ray_address)
     validation = []
     for c in every:
+        if c.arm == TREES_ARM:
+            continue
         for s in args.tune_seeds:
             folder = out / "tuning" / c.arm / slug(c.name) / f"seed-{s}"
             if RunFolder(folder).finished:
@@ -267,7 +311,7 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
                 validation.append(_with_data(rows.assign(arm=c.arm), data_id, synthetic).rename(
                     columns={"forecaster": "candidate"}))
     for s in args.tune_seeds:
-        rows = baseline_rows(base, s, 0, "validation", None, out / "baselines", args.refit, args.supernodes)
+        rows = baseline_rows(base, s, 0, "validation", None, out / "baselines", args.refit, args.supernodes, trees)
         mae = _validation_mae(rows)
         names = [_names(f) for f in mae["forecaster"]]
         mae["arm"], mae["candidate"] = [n[0] for n in names], [n[1] for n in names]
@@ -278,7 +322,7 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
     validation_frame = pd.concat(validation, ignore_index=True)[["arm", "candidate", "seed", "household", "mae"]]
     validation_frame.to_csv(out / "validation.csv", index=False)
     per_candidate = validation_frame.groupby(["arm", "candidate", "seed"])["mae"].mean().reset_index()
-    choices = choose_on_validation(per_candidate.rename(columns={"mae": "val-mae"}))
+    choices = _trees_pooled_follow(choose_on_validation(per_candidate.rename(columns={"mae": "val-mae"})))
     choices.to_csv(out / "choices.csv", index=False)
     (out / "choices.md").write_text(markdown_table(choices) + "\n")
     print(markdown_table(choices))
@@ -293,19 +337,22 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
     with open(out / "test-log.jsonl", "a") as log:
         log.write(json.dumps(log_entry) + "\n")
     picked = [c for c in every if c.name == chosen.get(c.arm)]
+    # the trees are deterministic: on a file's households every seed grows the same trees (one run an origin)
+    final = [(k, c, s) for k in range(origins) for c in picked
+             for s in (args.seeds[:1] if c.arm == TREES_ARM and not synthetic else args.seeds)]
     jobs = [_job(f"{c.name} origin {k} seed {s}", {**base, **c.run_config, "origin": k, "score-test": True}, s,
-                 out / "final" / c.arm / slug(c.name) / f"origin-{k}" / f"seed-{s}", args)
-            for k in range(origins) for c in picked for s in args.seeds]
+                 out / "final" / c.arm / slug(c.name) / f"origin-{k}" / f"seed-{s}", args) for k, c, s in final]
     failures += run_jobs(ROOT, jobs, out / ".superlink", describe, args.ray_address)
     pieces = []
-    for job, (k, c, s) in zip(jobs, [(k, c, s) for k in range(origins) for c in picked for s in args.seeds]):
+    for job, (k, c, s) in zip(jobs, final):
         if RunFolder(job.folder).finished:
             data_id, train_seed = _replicate(base, s)
             pieces.append(_with_data(federated_rows(job.folder, c.arm, train_seed, k), data_id, synthetic))
     scales = []
     for k in range(origins):
         for s in (args.seeds if synthetic else args.seeds[:1]):
-            pieces.append(baseline_rows(base, s, k, "test", chosen, out / "baselines", args.refit, args.supernodes))
+            pieces.append(baseline_rows(base, s, k, "test", chosen, out / "baselines", args.refit, args.supernodes,
+                                        trees))
         if not synthetic:  # the pooled LSTM's other training seeds
             for s in args.seeds[1:]:
                 rows = baseline_rows(base, s, k, "test", chosen, out / "baselines", args.refit, args.supernodes)
@@ -318,10 +365,10 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
     # the per-household best baseline is chosen on each household's own validation days before the first origin
     own = []
     for s in (args.seeds if synthetic else args.seeds[:1]):
-        rows = baseline_rows(base, s, 0, "validation", chosen, out / "baselines", args.refit, args.supernodes)
+        rows = baseline_rows(base, s, 0, "validation", chosen, out / "baselines", args.refit, args.supernodes, trees)
         mae = _validation_mae(rows)
         own.append(mae.assign(forecaster=[_table_name(f) for f in mae["forecaster"]]))
-    for job, (k, c, s) in zip(jobs, [(k, c, s) for k in range(origins) for c in picked for s in args.seeds]):
+    for job, (k, c, s) in zip(jobs, final):
         if k == 0 and c.arm == "local" and RunFolder(job.folder).finished:
             data_id, train_seed = _replicate(base, s)
             own.append(_with_data(federated_validation(job.folder, "local (model)", train_seed), data_id, synthetic))
@@ -331,9 +378,10 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
     federated_names = {n for a in arms for n in (a, f"{a} (model)")}
     forecasts["forecaster"] = [f if f in federated_names else _table_name(f) for f in forecasts["forecaster"]]
     forecasts = forecasts.drop_duplicates(["forecaster", "seed", "household", "origin", "day"])
-    forecasts.to_csv(out / "forecasts.csv.gz", index=False)
+    forecasts.round({"actual": 3, "forecast": 3}).to_csv(out / "forecasts.csv.gz", index=False)
+    _served_counts(jobs, final).to_csv(out / "served.csv", index=False)
     table, errors = rolling_tables(forecasts, validation_frame, own_validation, chosen,
-                                   pd.concat(scales, ignore_index=True), list(arms))
+                                   pd.concat(scales, ignore_index=True), list(arms), _holidays(forecasts, config))
     errors.to_csv(out / "households.csv", index=False)
     table.to_csv(out / "table.csv", index=False)
     (out / "table.md").write_text(markdown_table(table) + "\n")
@@ -346,16 +394,49 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
     if args.docs is not None:
         args.docs.mkdir(parents=True, exist_ok=True)
         for name in ("baseline.json", "choices.csv", "choices.md", "table.csv", "table.md", "table.png",
-                     "households.csv", "study.json", "test-log.jsonl"):
+                     "households.csv", "study.json", "test-log.jsonl", "forecasts.csv.gz", "served.csv"):
             if (out / name).exists():
                 shutil.copyfile(out / name, args.docs / name)
         print(f"tables and figures copied to {args.docs}")
     return 1 if failures else 0
 
 
+def _served_counts(jobs: list[Job], final: list[tuple[int, Candidate, int]]) -> pd.DataFrame:
+    """``arm, candidate, origin, seed, model, combined, baseline``: what each final Flower run served its households
+    (its ``clients.csv``)."""
+    rows = []
+    for job, (k, c, s) in zip(jobs, final):
+        if RunFolder(job.folder).finished:
+            served = RunFolder(job.folder).table("clients")["served"].astype(str).value_counts()
+            rows.append({"arm": c.arm, "candidate": c.name, "origin": k, "seed": s,
+                         **{kind: int(served.get(kind, 0)) for kind in ("model", "combined", "baseline")}})
+    return pd.DataFrame(rows, columns=["arm", "candidate", "origin", "seed", "model", "combined", "baseline"])
+
+
+def _trees_pooled_follow(choices: pd.DataFrame) -> pd.DataFrame:
+    """The pooled trees are the trees arm's choice trained pooled (not a choice of their own): their chosen
+    candidate is the one with the arm's settings."""
+    arm = choices[(choices["arm"] == TREES_ARM) & choices["chosen"]]
+    pooled = choices["arm"] == TREES_POOLED
+    if arm.empty or not pooled.any():
+        return choices
+    name = TREES_POOLED + str(arm["candidate"].iloc[0])[len(TREES_ARM):]
+    choices = choices.copy()
+    choices.loc[pooled, "chosen"] = choices.loc[pooled, "candidate"] == name
+    return choices
+
+
+def _holidays(forecasts: pd.DataFrame, config: Any) -> list[np.datetime64]:
+    """The public holidays among the forecast days (the trees' holiday calendar; none for ``none``)."""
+    from bouquet.forecasting.features import holiday_days
+
+    days = np.unique(pd.to_datetime(forecasts["day"]).to_numpy().astype("datetime64[D]"))
+    return list(days[holiday_days(config.tree_features.holidays, days)])
+
+
 def rolling_tables(forecasts: pd.DataFrame, validation: pd.DataFrame, own_validation: pd.DataFrame,
-                   chosen: dict[str, str], scales: pd.DataFrame, federated: list[str]
-                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   chosen: dict[str, str], scales: pd.DataFrame, federated: list[str],
+                   holidays: list[np.datetime64] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The study table and the per-household, per-origin errors (:mod:`bouquet.analysis.rolling_study`).
 
     ``validation``: ``arm, candidate, seed, household, mae`` (every candidate's validation MAE at the first
@@ -392,7 +473,8 @@ def rolling_tables(forecasts: pd.DataFrame, validation: pd.DataFrame, own_valida
     federated = sorted((a for a in federated if a in present), key=lambda a: val_means.get(f"{a} (model)", np.inf))
     order = [*federated, *[f"{a} (model)" for a in federated if f"{a} (model)" in present],
              OWN_BEST_NAME, *sorted(baselines, key=lambda b: by_mae[b])]
-    table = rolling_table(common, errors, best, OWN_BEST_NAME, pooled, [o for o in order if o in present])
+    table = rolling_table(common, errors, best, OWN_BEST_NAME, pooled, [o for o in order if o in present],
+                          holidays=holidays)
     table.insert(1, "val MAE", [next((val_means[n] for n in (f, f"{f} (model)", f.removesuffix(" (model)"))
                                       if n in val_means.index), np.nan) for f in table["forecaster"]])
     table.attrs["best-baseline"] = best
