@@ -26,6 +26,7 @@ and the active-client filter (a comparison between households) is not applied on
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 
 import numpy as np
@@ -261,14 +262,22 @@ def evaluate(msg: Message, context: Context) -> Message:
     with."""
     config = AppConfig.from_run_config(context.run_config)
     task = node_task(config, context)
+    message_config = msg.content["config"]
+    if "fallback-share" in message_config:  # fallback = "pooled": the share the server chose for every node
+        share = float(message_config["fallback-share"])
+        task = dataclasses.replace(task, fallback=dataclasses.replace(task.fallback, share=share))
     model = _loaded(task, msg.content["arrays"])
-    server_round = int(msg.content["config"].get("server-round", 0))
+    server_round = int(message_config.get("server-round", 0))
     rng = np.random.default_rng([config.sampling.seed, server_round, task.partition_id, 1])
-    final = bool(msg.content["config"].get("final", False))
-    run = _personal_run(config, msg.content["config"])
+    final = bool(message_config.get("final", False)) or bool(message_config.get("fallback-shares", False))
+    run = _personal_run(config, message_config)
     if run is not None:  # the final evaluation comes after every round
         upto = config.run.num_server_rounds if final else server_round
         model = _with_personal(task, config, model, load_personal(context, run, upto, config.personal.state_dir))
+    if message_config.get("fallback-shares", False):  # fallback = "pooled": each share's validation MAE
+        return Message(RecordDict({"metrics": MetricRecord(task.share_errors(model, rng)), "info": _info(task)}),
+                       reply_to=msg)
+    final = bool(message_config.get("final", False))
     metrics = task.evaluate(model, rng, final=final)
     info = _info(task, _attacker_flag(config, context, task))
     content = RecordDict({"metrics": MetricRecord(metrics), "info": info})

@@ -100,8 +100,8 @@ def _load_presets() -> dict[str, dict[str, Any]]:
 #: model's inputs and loss, the split, the training recipe, the serving rule), so a preset file is a whole
 #: forecaster.  ``paper`` is the HK paper's setting (every value is its key's default: the reproduction);
 #: ``improved`` adds weekday and household-profile inputs, the L1 loss and a window-median baseline;
-#: ``personal`` is the app's default job, the recipe the rolling-origin forecaster study chose on validation
-#: with its test period locked (docs/results/water.md; the file says what it holds).
+#: ``personal`` is the LSTM recipe the rolling-origin forecaster study chose on validation with its test period
+#: locked, ``trees`` the federated gradient-boosted trees (docs/results/water.md; each file says what it holds).
 FORECASTERS: dict[str, dict[str, Any]] = _load_presets()
 #: Preset keys not applied with Per-FedAvg, which personalises the served model itself.
 _PERSONALISATION_KEYS = ("personalize-epochs", "personal-layers", "ditto-lambda")
@@ -137,7 +137,7 @@ class RunParams:
         The run folder's name (default: date, time and strategy).
     round_timeout : float, default 3600
         Seconds the server waits for a round's replies; a node that has not answered is reported lost.
-    forecaster : {"paper", "improved", "personal"}, default "paper"
+    forecaster : {"paper", "improved", "personal", "trees"}, default "paper"
         The water forecaster's preset (:data:`FORECASTERS`, one run-config file each in
         :data:`PRESETS_DIR`).  A run config that names a preset and leaves out some of its keys gets the
         preset's values for those; every key the run config holds wins, whatever its value.  ``flwr run``

@@ -27,9 +27,9 @@ def test_pyproject_defaults_equal_appconfig_defaults():
 def test_every_preset_file_sets_the_same_keys_and_paper_is_every_default(tmp_path):
     """A preset file is a whole forecaster: any of them over any config gives the same keys their values."""
     names = sorted(path.stem for path in PRESETS_DIR.glob("*.toml"))
-    assert names == sorted(FORECASTERS) == ["improved", "paper", "personal"]
+    assert names == sorted(FORECASTERS) == ["improved", "paper", "personal", "trees"]
     keys = {name: set(FORECASTERS[name]) for name in names}
-    assert all(k == keys["paper"] for k in keys.values()) and len(keys["paper"]) == 13
+    assert all(k == keys["paper"] for k in keys.values()) and len(keys["paper"]) == 14
     defaults = AppConfig().to_run_config()
     assert FORECASTERS["paper"] == {key: defaults[key] for key in keys["paper"]}
     improved = {key for key in keys["paper"] if FORECASTERS["improved"][key] != FORECASTERS["paper"][key]}

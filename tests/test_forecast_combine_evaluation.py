@@ -8,7 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bouquet.forecasting.combine import FallbackParams, best_baseline, choose_weight, combine
+from bouquet.forecasting.combine import (
+    COMBINATION_WEIGHTS,
+    FallbackParams,
+    best_baseline,
+    choose_rule,
+    choose_weight,
+    combine,
+    pooled_weight,
+    share_errors,
+)
 from bouquet.forecasting.evaluation import diebold_mariano, dm_shares, household_bootstrap, mase_scale
 
 
@@ -43,8 +52,14 @@ def test_combine_clips_and_reads_one_side_at_the_ends():
 
 
 def test_bad_input():
-    with pytest.raises(ValueError, match="fallback must be one of none, select, combine"):
+    with pytest.raises(ValueError, match="fallback must be one of none, select, combine, pooled"):
         FallbackParams("always")
+    with pytest.raises(ValueError, match="pooled share"):
+        FallbackParams("pooled", share=0.3)
+    with pytest.raises(ValueError, match="one row of 5"):
+        pooled_weight([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="two validation days"):
+        choose_rule([(np.array([1.0]), {"a": np.array([1.0])}, np.array([1.0]))])
     with pytest.raises(ValueError, match="none has an actual"):
         choose_weight([1.0], [1.0], [np.nan], FallbackParams("combine"))
     with pytest.raises(ValueError, match="equally long"):
@@ -102,3 +117,35 @@ def test_diebold_mariano():
     assert shares == {"better": 1 / 3, "worse": 1 / 3, "neither": 1 / 3, "households": 3}
     with pytest.raises(ValueError, match="horizon"):
         diebold_mariano([1.0], [1.0], horizon=0)
+
+
+def test_pooled_share_by_hand():
+    """Two households: one wants the model, one its baseline; the pool's share minimises the summed MAE."""
+    actual = np.array([100.0, 100.0])
+    a = share_errors([100.0, 100.0], [140.0, 140.0], actual)  # the model is exact: 0 at w = 1, 40 at w = 0
+    b = share_errors([160.0, 160.0], [100.0, 100.0], actual)  # the baseline is exact: 60 at w = 1, 0 at w = 0
+    np.testing.assert_allclose(a, [40, 30, 20, 10, 0])
+    np.testing.assert_allclose(b, [0, 15, 30, 45, 60])
+    assert pooled_weight([a, b]) == 0.0  # sums 40, 45, 50, 55, 60
+    assert pooled_weight([a, a, b]) == 1.0  # sums 80, 75, 70, 65, 60
+    told = FallbackParams("pooled", share=0.75)
+    assert told.weights == (0.75,) and choose_weight([1.0], [5.0], [1.0], told) == 0.75
+    assert FallbackParams("pooled").weights == COMBINATION_WEIGHTS  # not told: the node's own combination
+
+
+def test_the_rule_is_chosen_on_the_second_half_of_each_households_validation_days():
+    """A model good on the first half and bad on the second: every rule fitted on the first half trusts it, and
+    only the baseline-leaning ones survive the second half; a steady model is served alone."""
+    actual = np.full(20, 100.0)
+    steady = [(actual + 5, {"blend": actual + 20, "median": actual + 30}, actual) for _ in range(3)]
+    rule, scores = choose_rule(steady)
+    assert rule == "none" and scores["none"] == pytest.approx(5.0)  # every rule serves the model alone: a tie
+    drifting = actual + np.r_[np.full(10, 1.0), np.full(10, 60.0)]
+    households = [(drifting, {"blend": actual + 20}, actual)] * 3
+    rule, scores = choose_rule(households)
+    assert scores["none"] == pytest.approx(60.0) and scores["select"] == pytest.approx(60.0)
+    assert rule == "none"  # the first half favours the model under every rule
+    mixed = [(actual + np.r_[np.full(10, 30.0), np.full(10, 30.0)], {"blend": actual + 10}, actual)] * 2
+    rule, scores = choose_rule(mixed)
+    assert rule == "select" and scores["select"] == pytest.approx(10.0) and scores["none"] == pytest.approx(30.0)
+    assert scores["combine"] == pytest.approx(10.0)  # a tie with select: the simpler rule, listed first, wins

@@ -79,12 +79,20 @@ def test_rolling_study_locks_the_test_blocks_until_final_and_scores_them_once(tm
     assert not (out / "tuning" / "trees").exists()
     picked = choices[choices["chosen"]].set_index("arm")["candidate"]
     assert picked["trees pooled"] == "trees pooled" + picked["trees"][len("trees"):]
+    # each Flower arm's serving rule, by nested validation on the same days
+    rules = json.loads((out / "fallback.json").read_text())
+    assert set(rules["rules"]) == {"fedavg", "local", "trees", "LSTM pooled"}
+    assert all(set(scores) == {"none", "select", "combine", "pooled"} for scores in rules["second-half-mae"].values())
     for summary in (out / "tuning").rglob("summary.json"):  # the tuning runs never saw a test day
         assert json.loads(summary.read_text())["test-period-scored"] is False
     assert not (out / "test-log.jsonl").exists() and not (out / "table.csv").exists()
     assert runner.main([*args, "--seeds", "0", "1", "--final"]) == 0
     log = [json.loads(line) for line in (out / "test-log.jsonl").read_text().splitlines()]
     assert len(log) == 1 and len(log[0]["commit"]) == 40 and log[0]["origins"] == 3
+    assert log[0]["fallback"] == rules["rules"]
+    for arm, rule in rules["rules"].items():  # the final runs serve with their arm's rule
+        for config in (out / "final" / arm).rglob("config.json"):
+            assert json.loads(config.read_text())["fallback"] == rule
     households = pd.read_csv(out / "households.csv")
     assert set(households["origin"]) == {0, 1, 2} and {"mae", "rmse", "mase"} <= set(households.columns)
     assert households["household"].str.startswith(("d0:", "d1:")).all()  # the synthetic pool anew per seed

@@ -34,8 +34,12 @@ def contexts(run_config, count):
 def answering_grid(run_config, count):
     """A grid whose nodes answer query.trees with bouquet's own ClientApp handler, each keeping its Context."""
     nodes = contexts(run_config, count)
-    return FakeGrid(list(nodes), keys={n: n - 1 for n in nodes},
-                    handler=lambda msg: trees(msg, nodes[msg.metadata.dst_node_id])), nodes
+
+    def handler(msg):
+        answer = trees if msg.metadata.message_type == "query.trees" else evaluate
+        return answer(msg, nodes[msg.metadata.dst_node_id])
+
+    return FakeGrid(list(nodes), keys={n: n - 1 for n in nodes}, handler=handler), nodes
 
 
 @pytest.mark.parametrize("objective", ["l1", "huber"])
@@ -122,6 +126,30 @@ def test_the_node_evaluates_serves_and_forecasts_with_the_ensemble():
         task.load(other.to_arrays())
 
 
+def test_the_pooled_rule_serves_every_household_the_pools_share(tmp_path):
+    """fallback = "pooled": the server asks every node for its shares' validation MAE, picks the share with the
+    lowest sum, and every node serves it (told in the final evaluation's config)."""
+    from bouquet.forecasting.combine import COMBINATION_WEIGHTS, pooled_weight
+    from bouquet.results import RunRecorder
+    from bouquet.serving.task import final_evaluation, pooled_share
+
+    run_config = {**SMALL, "fallback": "pooled"}
+    config = AppConfig.from_run_config(run_config)
+    grid, nodes = answering_grid(run_config, 4)
+    ensemble, _ = fit(FlowerSource(grid, list(nodes), timeout=60, new_message=make_message), config.trees)
+    record = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in ensemble.to_arrays().items()})
+    served = dict.fromkeys(nodes, ("trees", record))
+    share = pooled_share(grid, served, 60, new_message=make_message)
+    tasks = [node_task(config, c) for c in nodes.values()]
+    expected = pooled_weight([[t.share_errors(ensemble)[f"val-share-mae-{i}"] for i in range(5)] for t in tasks])
+    assert share == expected and share in COMBINATION_WEIGHTS
+
+    recorder = RunRecorder.create(str(tmp_path), "pooled")
+    rows = final_evaluation(grid, config, served, recorder, new_message=make_message)
+    assert {r["served-model-share"] for r in rows} == {share} and len(rows) == 4
+    assert len(RunFolder(recorder.folder).table("val-predictions")) == sum(len(t.windows.val_days) for t in tasks)
+
+
 def test_a_households_training_rows_stop_before_its_validation_days():
     config = AppConfig.from_run_config(SMALL)
     task = node_task(config, contexts(SMALL, 1)[1])
@@ -140,7 +168,7 @@ def test_a_tree_run_in_flower_is_the_pooled_fit_and_forecasts_tomorrow(run_app, 
     pooled fit of the same rows on the same bins, the summary says what the fit cost, and `python -m
     bouquet.forecast` forecasts again from the saved ensemble."""
     run_config = (f'forecaster="improved" forecast-model="trees" data-source="csv" data-path="{METERS}" '
-                  'active-factor=0 min-history-days=0 split="origins" origin=2 validation-days=28 fallback="combine" '
+                  'active-factor=0 min-history-days=0 split="origins" origin=2 validation-days=28 fallback="pooled" '
                   'tree-count=5 tree-max-depth=3 tree-max-bins=15 tree-min-child-samples=10')
     folder, stdout = run_app(run_config, supernodes=3)
     run = RunFolder(folder)
@@ -150,6 +178,9 @@ def test_a_tree_run_in_flower_is_the_pooled_fit_and_forecasts_tomorrow(run_app, 
     assert fitted["exchanges"] == 1 + 1 + 5 * 4 + 1 and fitted["nodes"] == 3
     assert fitted["bytes-from-nodes"] > 0 and len(fitted["val-mae-litres-by-trees"]) == 6
     assert "trees: fitted in" in stdout and "bouquet summary: 5 trees" in stdout
+    # fallback = "pooled": one share for every household, chosen by the server from every node's errors
+    assert "fallback pooled: the model's share" in stdout
+    assert set(run.table("clients")["served-model-share"]) == {summary["fallback-share"]}
     assert len(run.table("trees")) == 6
     models = sorted((folder / "models").glob("*.npz"))
     assert len(models) == 3
@@ -184,3 +215,30 @@ def test_tree_params_reach_the_config_and_bad_values_name_their_key():
         AppConfig.from_run_config({"forecast-model": "forest"})
     with pytest.raises(ConfigError, match="tree-holidays"):
         AppConfig.from_run_config({"tree-holidays": "ES-ZZ"})
+
+
+def test_the_fit_waits_for_the_pool_but_not_for_nodes_that_never_come():
+    from bouquet.serving.trees import wait_for_nodes
+
+    class Grid:
+        def __init__(self, arrivals):
+            self.arrivals, self.t = arrivals, 0.0
+
+        def get_node_ids(self):
+            return [n for n, at in self.arrivals.items() if at <= self.t]
+
+    def run(arrivals, expected, wait=30.0):
+        grid = Grid(arrivals)
+
+        def sleep(seconds):
+            grid.t += seconds
+
+        return wait_for_nodes(grid, expected, wait, settle=5.0, clock=lambda: grid.t, sleep=sleep), grid.t
+
+    assert run({1: 0, 2: 0, 3: 0}, 3) == ([1, 2, 3], 0.0)  # all there: no wait
+    nodes, waited = run({1: 0, 2: 0}, 10)  # a simulation with 2 of the pool's 10: 5 s, not the node wait
+    assert nodes == [1, 2] and waited == pytest.approx(5.0)
+    nodes, waited = run({1: 0, 2: 3, 3: 7}, 3)  # deployed nodes arriving: each arrival restarts the settling
+    assert nodes == [1, 2, 3] and waited == pytest.approx(7.0)
+    nodes, waited = run({1: 40}, 3, wait=30.0)  # none within the node wait
+    assert nodes == [] and waited == pytest.approx(30.0)

@@ -172,6 +172,7 @@ def pooled_lstm_rows(data: OriginData, epochs: int, learning_rate: float, seed: 
     (``<name>`` served and ``<name> (model)``) and the households' validation MAE (model alone)."""
     import torch
 
+    from bouquet.forecasting.combine import COMBINATION_WEIGHTS, pooled_weight
     from bouquet.tasks.water import WaterTask, combine, naive_litres, predict_litres, train_pooled
 
     config = data.config
@@ -183,7 +184,7 @@ def pooled_lstm_rows(data: OriginData, epochs: int, learning_rate: float, seed: 
     model = next(iter(tasks.values())).new_model()
     settings = dataclasses.replace(config.water_train, epochs=epochs, learning_rate=learning_rate)
     train_pooled(model, list(tasks.values()), settings, np.random.default_rng([seed, 99]))
-    served, alone, validation = {}, {}, []
+    served, alone, validation, models = {}, {}, [], {}
     for i, (household, task) in enumerate(tasks.items()):
         own = task.new_model()
         own.load_state_dict(model.state_dict())
@@ -191,6 +192,15 @@ def pooled_lstm_rows(data: OriginData, epochs: int, learning_rate: float, seed: 
         validation.append({"forecaster": name, "seed": seed, "household": household,
                            "mae": metrics.get("val-model-mae-litres", np.nan),
                            "served-mae": metrics.get("val-mae-litres", np.nan)})
+        models[household] = own
+    if config.fallback.rule == "pooled":  # the pool's share, as the server chooses it (pooled_share)
+        errors = [[task.share_errors_of(models[h])[f"val-share-mae-{k}"] for k in range(len(COMBINATION_WEIGHTS))]
+                  for h, task in tasks.items()]
+        share = pooled_weight(errors)
+        tasks = {h: dataclasses.replace(t, fallback=dataclasses.replace(t.fallback, share=share))
+                 for h, t in tasks.items()}
+    for household, task in tasks.items():
+        own = models[household]
         w = task.windows
         x = w.x_val if data.part == "validation" else w.x_test
         model_litres = predict_litres(own, w, x)

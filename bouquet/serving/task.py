@@ -29,7 +29,7 @@ from bouquet.results import RunRecorder
 from bouquet.strategies.strategy import BouquetStrategy
 from bouquet.transport import FLOWER_TRANSPORT, Transport
 
-__all__ = ["ServerTask", "attack_summary", "evaluate_every_node", "final_clients",
+__all__ = ["ServerTask", "attack_summary", "evaluate_every_node", "final_clients", "final_evaluation", "pooled_share",
            "run_summary", "selection_summary"]
 
 log = logging.getLogger(__name__)
@@ -94,8 +94,9 @@ def evaluate_every_node(grid: Grid, served: dict[int, tuple[str, ArrayRecord]], 
 
 
 def _keep_final_arrays(recorder: RunRecorder, row: dict[str, Any], records: dict[str, ArrayRecord]) -> None:
-    """A node's final arrays into the run folder: ``predictions`` (test days) to ``predictions.csv``, ``ahead``
-    (the days after its data) to ``forecast.csv``, ``model`` + ``forecaster`` to ``models/<partition-id>.npz``."""
+    """A node's final arrays into the run folder: ``predictions`` (test days) to ``predictions.csv``,
+    ``validation`` (the model's validation forecasts) to ``val-predictions.csv``, ``ahead`` (the days after its
+    data) to ``forecast.csv``, ``model`` + ``forecaster`` to ``models/<partition-id>.npz``."""
     from bouquet.forecast import forecast_rows, save_forecaster
 
     arrays = {name: {k: v.numpy() for k, v in record.items()} for name, record in records.items()}
@@ -106,6 +107,13 @@ def _keep_final_arrays(recorder: RunRecorder, row: dict[str, Any], records: dict
         recorder.append_rows("predictions", [
             {"partition-id": row["partition-id"], "household": row["household"], "day": day,
              **{c: float(forecast[c][i]) for c in columns}} for i, day in enumerate(days)])
+    if "validation" in arrays:
+        forecast = arrays["validation"]
+        days = forecast["day"].astype("datetime64[D]").astype(str)
+        recorder.append_rows("val-predictions", [
+            {"partition-id": row["partition-id"], "household": row["household"], "day": day,
+             "actual-litres": float(forecast["actual-litres"][i]), "model-litres": float(forecast["model-litres"][i])}
+            for i, day in enumerate(days)])
     if "ahead" in arrays:
         recorder.append_rows("forecast", forecast_rows(arrays["ahead"], row["partition-id"], row["household"], row))
     if "model" in arrays and "forecaster" in arrays:
@@ -115,12 +123,54 @@ def _keep_final_arrays(recorder: RunRecorder, row: dict[str, Any], records: dict
 
 def final_clients(grid: Grid, config: AppConfig, strategy: BouquetStrategy, recorder: RunRecorder,
                    personal: PersonalRun | None = None) -> list[dict]:
-    """Every node evaluates the model it is served; rows to ``clients.csv`` (with the model's key)."""
-    rows = evaluate_every_node(grid, strategy.serve(grid), timeout=config.run.round_timeout, recorder=recorder,
-                               entries=personal.entries() if personal is not None else None,
-                               transport=strategy.transport)
+    """Every node evaluates the model it is served; rows to ``clients.csv`` (with the model's key).  With
+    ``fallback = "pooled"`` the nodes are first asked for their shares' errors (:func:`pooled_share`)."""
+    served = strategy.serve(grid)
+    entries = personal.entries() if personal is not None else {}
+    return final_evaluation(grid, config, served, recorder, entries, strategy.transport)
+
+
+def final_evaluation(grid: Grid, config: AppConfig, served: dict[int, tuple[str, ArrayRecord]], recorder: RunRecorder,
+                     entries: dict[str, Any] | None = None, transport: Transport = FLOWER_TRANSPORT,
+                     new_message: MessageFactory = flower_message) -> list[dict]:
+    """Every node in ``served`` evaluates its model (:func:`evaluate_every_node`), told the pool's share first
+    where the rule is ``pooled``; rows to ``clients.csv``."""
+    entries = dict(entries or {})
+    if config.fallback.rule == "pooled":
+        share = pooled_share(grid, served, config.run.round_timeout, entries, transport, new_message)
+        if share is not None:
+            entries["fallback-share"] = share
+    rows = evaluate_every_node(grid, served, timeout=config.run.round_timeout, recorder=recorder,
+                               new_message=new_message, entries=entries, transport=transport)
     recorder.append_rows("clients", rows)
     return rows
+
+
+def pooled_share(grid: Grid, served: dict[int, tuple[str, ArrayRecord]], timeout: float,
+                 entries: dict[str, Any] | None = None, transport: Transport = FLOWER_TRANSPORT,
+                 new_message: MessageFactory = flower_message) -> float | None:
+    """``fallback = "pooled"``: every node scores each share of its model and its best naive forecaster on its
+    validation days (``val-share-mae-<i>``); the share with the lowest sum over the nodes that answered
+    (:func:`bouquet.forecasting.combine.pooled_weight`).  None (with a warning) where none answered."""
+    from bouquet.forecasting.combine import COMBINATION_WEIGHTS, pooled_weight
+
+    config = ConfigRecord({"fallback-shares": True, **(entries or {})})
+    messages = [new_message(RecordDict({"arrays": arrays, "config": config}), "evaluate", node, "shares")
+                for node, (_, arrays) in served.items()]
+    errors = []
+    for reply in transport.exchange(grid, messages, timeout):
+        if reply.has_error():
+            log.warning("pooled share: node %d failed: %s", reply.metadata.src_node_id, reply.error.reason)
+            continue
+        metrics = reply.content.metric_records["metrics"]
+        errors.append([float(metrics[f"val-share-mae-{i}"]) for i in range(len(COMBINATION_WEIGHTS))])
+    if not errors:
+        log.warning("pooled share: no node answered; each node serves its own combination")
+        return None
+    share = pooled_weight(errors)
+    log.info("fallback pooled: the model's share %.2f for every household (the lowest validation MAE summed over "
+             "%d households)", share, len(errors))
+    return share
 
 
 def selection_summary(config: AppConfig, strategy: BouquetStrategy) -> dict[str, Any]:

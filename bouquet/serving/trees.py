@@ -23,12 +23,12 @@ from bouquet.algorithms.trees import Ensemble, FitLog, fit
 from bouquet.config import AppConfig
 from bouquet.messages import flower_message
 from bouquet.results import RunRecorder
-from bouquet.serving.task import evaluate_every_node
+from bouquet.serving.task import final_evaluation
 from bouquet.strategies.sampling import NodeOrder
 from bouquet.transport import PollingTransport, Transport
 from bouquet.tree_messages import FlowerSource
 
-__all__ = ["evaluate_trees", "fit_trees"]
+__all__ = ["SETTLE_SECONDS", "evaluate_trees", "fit_trees", "wait_for_nodes"]
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def fit_trees(grid: Grid, config: AppConfig, expected_nodes: int, recorder: RunR
     ``expected_nodes``).  Returns the ensemble, the nodes in their stable order and the fit's costs."""
     transport = transport or PollingTransport(config.transport)
     order = NodeOrder(config.sampling.node_wait_seconds, flower_message, identify=True, transport=transport)
-    nodes = order.connected(grid, 0, max(expected_nodes, 1))
+    nodes = order.order(grid, wait_for_nodes(grid, expected_nodes, config.sampling.node_wait_seconds))
     params = config.trees
     source = FlowerSource(grid, nodes, config.run.round_timeout, transport)
     started = time.monotonic()
@@ -72,11 +72,34 @@ def fit_trees(grid: Grid, config: AppConfig, expected_nodes: int, recorder: RunR
     return ensemble, nodes, costs
 
 
+#: Seconds without a new node after which the fit goes on with the nodes there (a simulation with fewer SuperNodes
+#: than the pool has households; deployed SuperNodes are long-running and are there when a run starts).
+SETTLE_SECONDS = 5.0
+
+
+def wait_for_nodes(grid: Grid, expected: int, wait_seconds: float, settle: float = SETTLE_SECONDS,
+                   clock: Any = time.monotonic, sleep: Any = time.sleep) -> list[int]:
+    """The connected nodes once ``expected`` of them are there, or no new one came for ``settle`` seconds (with at
+    least one there), or ``wait_seconds`` passed; a line says so when fewer than ``expected`` take part."""
+    started = clock()
+    nodes = list(grid.get_node_ids())
+    changed = started
+    while len(nodes) < expected and clock() - started < wait_seconds:
+        if nodes and clock() - changed >= settle:
+            break
+        sleep(0.5)
+        now = list(grid.get_node_ids())
+        if len(now) != len(nodes):
+            nodes, changed = now, clock()
+    if len(nodes) < expected:
+        log.info("trees: %d nodes connected (the pool has %d households); the fit runs over these", len(nodes),
+                 expected)
+    return nodes
+
+
 def evaluate_trees(grid: Grid, config: AppConfig, ensemble: Ensemble, nodes: list[int], recorder: RunRecorder,
                    transport: Transport | None = None) -> list[dict[str, Any]]:
     """Every node evaluates the ensemble (its served forecast, its forecasts ahead); rows to ``clients.csv``."""
     record = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in ensemble.to_arrays().items()})
-    rows = evaluate_every_node(grid, dict.fromkeys(nodes, ("trees", record)), timeout=config.run.round_timeout,
-                               recorder=recorder, transport=transport or PollingTransport(config.transport))
-    recorder.append_rows("clients", rows)
-    return rows
+    return final_evaluation(grid, config, dict.fromkeys(nodes, ("trees", record)), recorder,
+                            transport=transport or PollingTransport(config.transport))

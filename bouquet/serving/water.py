@@ -204,6 +204,8 @@ class WaterServer:
             **({"val-mae-litres-mean": float(val.mean())} if len(val) else {}),
             **mase_summary(scored),
             **naive_summary(scored),
+            **({"fallback-share": rows[0].get("served-model-share")} if config.fallback.rule == "pooled" and rows
+               else {}),
             **attack_summary(config, scored, "mae-litres"),
             **tail,
         }

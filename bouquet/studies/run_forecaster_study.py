@@ -326,6 +326,9 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
     choices.to_csv(out / "choices.csv", index=False)
     (out / "choices.md").write_text(markdown_table(choices) + "\n")
     print(markdown_table(choices))
+    picks = dict(zip(choices.loc[choices["chosen"], "arm"], choices.loc[choices["chosen"], "candidate"]))
+    rules = serving_rules(tune, args.tune_seeds, [c for c in every if c.name == picks.get(c.arm)],
+                          picks.get("LSTM pooled"), out, args.supernodes)
     if not args.final:
         print("tuning done; the test blocks stay locked until --final")
         return 1 if failures else 0
@@ -333,14 +336,17 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
     # 2. the test blocks, once: every origin, every seed, each arm's chosen candidate
     chosen = dict(zip(choices.loc[choices["chosen"], "arm"], choices.loc[choices["chosen"], "candidate"]))
     log_entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **source_commit(ROOT), "data": args.data,
-                 "profile": args.profile, "arms": arms, "seeds": args.seeds, "origins": origins, "choices": chosen}
+                 "profile": args.profile, "arms": arms, "seeds": args.seeds, "origins": origins, "choices": chosen,
+                 "fallback": rules}
     with open(out / "test-log.jsonl", "a") as log:
         log.write(json.dumps(log_entry) + "\n")
     picked = [c for c in every if c.name == chosen.get(c.arm)]
+    served_base = {**base, "fallback": rules.get("LSTM pooled", base.get("fallback", "none"))}  # the pooled LSTM's
     # the trees are deterministic: on a file's households every seed grows the same trees (one run an origin)
     final = [(k, c, s) for k in range(origins) for c in picked
              for s in (args.seeds[:1] if c.arm == TREES_ARM and not synthetic else args.seeds)]
-    jobs = [_job(f"{c.name} origin {k} seed {s}", {**base, **c.run_config, "origin": k, "score-test": True}, s,
+    jobs = [_job(f"{c.name} origin {k} seed {s}", {**base, **c.run_config, "origin": k, "score-test": True,
+                                                    "fallback": rules[c.arm]}, s,
                  out / "final" / c.arm / slug(c.name) / f"origin-{k}" / f"seed-{s}", args) for k, c, s in final]
     failures += run_jobs(ROOT, jobs, out / ".superlink", describe, args.ray_address)
     pieces = []
@@ -351,11 +357,12 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
     scales = []
     for k in range(origins):
         for s in (args.seeds if synthetic else args.seeds[:1]):
-            pieces.append(baseline_rows(base, s, k, "test", chosen, out / "baselines", args.refit, args.supernodes,
+            pieces.append(baseline_rows(served_base, s, k, "test", chosen, out / "baselines", args.refit,
+                                        args.supernodes,
                                         trees))
         if not synthetic:  # the pooled LSTM's other training seeds
             for s in args.seeds[1:]:
-                rows = baseline_rows(base, s, k, "test", chosen, out / "baselines", args.refit, args.supernodes)
+                rows = baseline_rows(served_base, s, k, "test", chosen, out / "baselines", args.refit, args.supernodes)
                 pieces.append(rows[rows["forecaster"].str.startswith("LSTM pooled")])
         from bouquet.analysis.water_baselines import origin_data
 
@@ -393,12 +400,61 @@ def rolling_study(args: argparse.Namespace, experiments: Path, arms: list[str], 
     print(markdown_table(table))
     if args.docs is not None:
         args.docs.mkdir(parents=True, exist_ok=True)
-        for name in ("baseline.json", "choices.csv", "choices.md", "table.csv", "table.md", "table.png",
-                     "households.csv", "study.json", "test-log.jsonl", "forecasts.csv.gz", "served.csv"):
+        for name in ("baseline.json", "choices.csv", "choices.md", "fallback.json", "table.csv", "table.md",
+                     "table.png", "households.csv", "study.json", "test-log.jsonl", "forecasts.csv.gz", "served.csv"):
             if (out / name).exists():
                 shutil.copyfile(out / name, args.docs / name)
         print(f"tables and figures copied to {args.docs}")
     return 1 if failures else 0
+
+
+def serving_rules(tune: dict[str, Any], seeds: list[int], picked: list[Candidate], pooled_lstm: str | None, out: Path,
+                  households: int | None = None) -> dict[str, str]:
+    """Each Flower arm's serving rule (``fallback``), and the pooled LSTM's (``pooled_lstm``: its chosen candidate),
+    chosen by nested validation on the first origin's validation days (:func:`bouquet.forecasting.combine.choose_rule`)
+    from the chosen candidate's validation forecasts (the tuning runs' ``val-predictions.csv``; the trees' twin;
+    the pooled LSTM's in-process rows) and each household's naive forecasts; written to ``fallback.json``."""
+    from bouquet.analysis.water_baselines import origin_data
+    from bouquet.forecasting.combine import choose_rule
+    from bouquet.tasks.water import naive_litres
+
+    path = out / "fallback.json"
+    if path.exists():
+        return json.loads(path.read_text())["rules"]
+    rules, scores = {}, {}
+    arms = [(c.arm, c.name) for c in picked] + ([("LSTM pooled", pooled_lstm)] if pooled_lstm else [])
+    for arm, name in arms:
+        units = []
+        for s in seeds:
+            data = origin_data(seeded(tune, s), 0, "validation", households)
+            data_id, train_seed = _replicate(tune, s)
+            if arm == "LSTM pooled":
+                frame = pd.read_csv(out / "baselines" / f"validation-origin-0-data-{data_id}" /
+                                    f"lstm-{slug(name)}-seed-{train_seed}.forecasts.csv")
+                frame = frame[frame["forecaster"] == f"{name} (model)"]
+                model = {h: g.set_index(pd.to_datetime(g["day"]))["forecast"] for h, g in frame.groupby("household")}
+            elif arm == TREES_ARM:
+                frame = pd.read_csv(out / "baselines" / f"validation-origin-0-data-{data_id}" /
+                                    f"{TREES_ARM}-{slug(name)}.forecasts.csv")
+                model = {h: g.set_index(pd.to_datetime(g["day"]))["forecast"] for h, g in frame.groupby("household")}
+            else:
+                folder = out / "tuning" / arm / slug(name) / f"seed-{s}"
+                if not RunFolder(folder).finished:
+                    continue
+                frame = RunFolder(folder).table("val-predictions")
+                model = {str(h): g.set_index(pd.to_datetime(g["day"]))["model-litres"]
+                         for h, g in frame.groupby("household")}
+            for household, w in data.windows.items():
+                if household not in model:
+                    continue
+                days = pd.to_datetime(w.val_days.astype("datetime64[D]"))
+                units.append((model[household].reindex(days).to_numpy(dtype=np.float64),
+                              naive_litres(w, "validation"), w.to_litres(w.y_val)))
+        rules[arm], scores[arm] = choose_rule(units)
+        print(f"{arm}: serving rule {rules[arm]!r} by nested validation "
+              f"({', '.join(f'{k} {v:.2f}' for k, v in scores[arm].items())} L/day on the second halves)")
+    path.write_text(json.dumps({"rules": rules, "second-half-mae": scores}, indent=1))
+    return rules
 
 
 def _served_counts(jobs: list[Job], final: list[tuple[int, Candidate, int]]) -> pd.DataFrame:

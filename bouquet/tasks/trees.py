@@ -137,6 +137,10 @@ class TreeWaterTask:
         """Held-out errors of the ensemble's forecasts (:meth:`bouquet.tasks.water.Household.metrics`)."""
         return self.scorer.metrics(self.forecasts(ensemble), final)
 
+    def share_errors(self, ensemble: Ensemble, rng: np.random.Generator | None = None) -> dict[str, float]:
+        """The served validation MAE of each pooled share (:meth:`bouquet.tasks.water.Household.share_metrics`)."""
+        return self.scorer.share_metrics(self.forecasts(ensemble))
+
     def serving(self, ensemble: Ensemble) -> Serving:
         return self.scorer.serving(self.forecasts(ensemble))
 

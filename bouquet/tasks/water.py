@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from bouquet.data.water import ClientWindows, WaterDataParams, load_pool, window_inputs
-from bouquet.forecasting.combine import FallbackParams, best_baseline, choose_weight, combine
+from bouquet.forecasting.combine import FallbackParams, best_baseline, choose_weight, combine, share_errors
 from bouquet.forecasting.evaluation import mase_scale
 from bouquet.forecasting.naive import NAIVE_FORECASTERS, NaiveParams, blend_weight, naive_forecasts
 from bouquet.tasks.base import Penalty, batch_indices, proximal_penalty
@@ -449,13 +449,26 @@ class WaterTask:
         """Held-out errors of ``model`` (Per-FedAvg personalises first with ``rng``'s batch, and
         ``personalize-epochs`` fine-tunes ``model`` first, in place, so :meth:`final_arrays` uses it too);
         :meth:`Household.metrics` says what is scored when."""
+        return self.scorer.metrics(self._forecasts(model), final, self._prepare(model, rng))
+
+    def share_errors(self, model: nn.Module, rng: np.random.Generator) -> dict[str, float]:
+        """The served validation MAE of each pooled share (:meth:`Household.share_metrics`), after the same
+        personalisation as :meth:`evaluate` (the same ``rng``: the same fine-tuned model)."""
+        self._prepare(model, rng)
+        return self.share_errors_of(model)
+
+    def share_errors_of(self, model: nn.Module) -> dict[str, float]:
+        """:meth:`share_errors` of a model already personalised (no second fine-tuning)."""
+        return self.scorer.share_metrics(self._forecasts(model))
+
+    def _prepare(self, model: nn.Module, rng: np.random.Generator) -> dict[str, float]:
+        """Per-FedAvg's personalising step and the fine-tuning, in place; the final evaluation's extra entry."""
         w = self.windows
         if self.perfedavg is not None:
             personalize(model, w.x_train, w.y_train, self.perfedavg.alpha, self.training.batch_size, rng,
                         loss_fn=self._loss_fn)
         kept = self.fine_tune(model, rng)
-        extra = {"personalize-epochs-kept": kept} if self.personal.epochs > 0 else {}
-        return self.scorer.metrics(self._forecasts(model), final, extra)
+        return {"personalize-epochs-kept": kept} if self.personal.epochs > 0 else {}
 
     @functools.cached_property
     def scorer(self) -> Household:
@@ -569,6 +582,15 @@ class Household:
         actual = w.to_litres(w.y_val)
         return choose_serving(forecasts("validation"), naive_litres(w, "validation"), actual, self.fallback)
 
+    def share_metrics(self, forecasts: Callable[[str], np.ndarray]) -> dict[str, float]:
+        """``val-share-mae-<i>``: the validation MAE of the model's share ``COMBINATION_WEIGHTS[i]`` with the
+        household's best naive forecaster (what the server adds up to choose ``fallback = "pooled"``'s share)."""
+        w = self.windows
+        actual = w.to_litres(w.y_val)
+        naive = naive_litres(w, "validation")
+        errors = share_errors(forecasts("validation"), naive[best_baseline(naive, actual)], actual)
+        return {f"val-share-mae-{i}": float(e) for i, e in enumerate(errors)}
+
     def naive(self) -> dict[str, float]:
         """Held-out MAE (litres/day) of each naive forecaster, keyed as metrics (:func:`naive_metric`), on the
         test windows (unless the test period is locked) and, with a validation split, on the validation
@@ -581,7 +603,8 @@ class Household:
                      model: dict[str, np.ndarray], forecaster: dict[str, float], ahead: int = 7
                      ) -> dict[str, dict[str, np.ndarray]]:
         """What the final evaluation sends back beside its metrics: ``predictions`` (every test day's actual,
-        served, model and baseline litres; none where the test period is locked), ``ahead`` (the forecast of
+        served, model and baseline litres; none where the test period is locked), ``validation`` (the validation
+        days' actual and model litres), ``ahead`` (the forecast of
         the ``ahead`` days after the household's data: :func:`served_ahead`), ``model`` (the forecaster's
         arrays) and ``forecaster`` (the scaler, the blend, the model's share and ``forecaster``'s entries)."""
         w = self.windows
@@ -596,6 +619,9 @@ class Household:
                 baseline_test = naive_litres(w)[serving.baseline]
                 out["predictions"] |= {"predicted-litres": combine(model_test, baseline_test, serving.weight),
                                        "baseline-litres": baseline_test}
+        if w.has_validation:  # the model's validation forecasts: what a study's nested choice of the rule reads
+            out["validation"] = {"day": w.val_days.astype("datetime64[D]").astype(np.int64),
+                                 "actual-litres": w.to_litres(w.y_val), "model-litres": forecasts("validation")}
         blend = self.naive_blend
         out["ahead"] = served_ahead(step, w.to_litres(w.series), w.first_day, self.data.lookback, serving.baseline,
                                     serving.weight, blend, ahead)
