@@ -343,3 +343,33 @@ def test_route_stops_at_open_nodes():
     grower.grow(node_histograms(codes, g, np.zeros(6, dtype=np.int64), 1, 3))
     node = route(grower.tree(), codes, 3)
     assert set(node) == {1, 2} and (node[:2] == 1).all()
+
+
+def test_bins_from_a_fine_grid_by_hand_and_the_grid_fit_is_the_pooled_one():
+    """tree-bins = "grid": each party's counts on a fixed grid, summed; the bins are the pool's quantiles there."""
+    from bouquet.algorithms.trees import edges_from_grid, grid_counts
+
+    grid = np.array([[0.0, 1.0, 2.0, 3.0, 4.0]])
+    counts = grid_counts(np.array([[0.5], [1.5], [1.7], [3.9], [9.0], [np.nan]]), grid)
+    np.testing.assert_array_equal(counts, [[1, 2, 0, 2]])  # 9.0 counts in the last bin, NaN nowhere
+    # 5 values: the quantiles at 1/3 and 2/3 are reached in the bins [1, 2) and [3, 4): their right edges
+    edges = edges_from_grid(counts, grid, max_bins=3)
+    np.testing.assert_array_equal(edges, [[2.0, np.inf]])  # the grid's top edge (4.0) splits nothing off
+    with pytest.raises(ValueError, match="counts of shape"):
+        edges_from_grid(np.zeros((1, 3)), grid, 3)
+    x, y = regression_data(900, 4, seed=7)
+    x[:, 3] = np.round(x[:, 3])  # a discrete input
+    fine = np.stack([np.linspace(-4, 4, 257)] * 4)
+    params = TreeParams(objective="l1", trees=8, max_depth=3, max_bins=31, bins="grid")
+    pooled, log = fit(pooled_source(x, y, params), params, grid=fine)
+    parties = [Rows(x[i], y[i]) for i in np.array_split(np.arange(900), 6)]
+    federated, _ = fit(PartiesSource(parties, params), params, grid=fine)
+    np.testing.assert_array_equal(federated.edges, pooled.edges)  # summed counts: the same bins without a sketch
+    np.testing.assert_allclose(federated.predict(x), pooled.predict(x), atol=1e-9)
+    assert log.exchanges == 1 + 1 + 8 * 4 + 1
+    with pytest.raises(ValueError, match="fine grid"):
+        fit(pooled_source(x, y, params), params)
+    with pytest.raises(ParamError, match="tree-bins"):
+        TreeParams(secure_sums=True)
+    with pytest.raises(ParamError, match="tree-bins must be"):
+        TreeParams(bins="quantiles")

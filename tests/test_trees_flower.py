@@ -67,6 +67,51 @@ def test_the_fit_over_messages_is_the_pooled_fit(objective):
     assert all("trees" in c.state.array_records for c in nodes.values())
 
 
+def test_secure_sums_show_the_server_only_sums_and_grow_the_same_trees():
+    """tree-secure-sums: every reply the server receives after the key exchange is masked (a node's histogram,
+    unmasked alone, is noise), their sum is the plain sum, and the trees are the plain fit's (the same splits,
+    leaves within the fixed point's 2^-24)."""
+    from bouquet.algorithms.masking import unmask
+    from bouquet.forecasting.features import feature_grid
+
+    run_config = {**SMALL, "tree-bins": "grid"}
+    plain_config = AppConfig.from_run_config(run_config)
+    grid, nodes = answering_grid(run_config, 4)
+    fine = feature_grid(plain_config.tree_features)
+    plain, _ = fit(FlowerSource(grid, list(nodes), timeout=60, new_message=make_message), plain_config.trees, grid=fine)
+    secure_config = {**run_config, "tree-secure-sums": True}
+    config = AppConfig.from_run_config(secure_config)
+    grid, nodes = answering_grid(secure_config, 4)
+    seen = []
+    handler = grid.handler
+
+    def watching(msg):
+        reply = handler(msg)
+        seen.append((msg, reply))
+        return reply
+
+    grid.handler = watching
+    source = FlowerSource(grid, list(nodes), timeout=60, new_message=make_message, secure=True)
+    secure, _ = fit(source, config.trees, grid=fine)
+    kinds = [dict(msg.content["config"])["kind"] for msg, _ in seen]
+    assert kinds[:4] == ["keys"] * 4 and kinds[4:8] == ["grid"] * 4
+    for msg, reply in seen[4:]:  # every reply after the keys: masked words, never the node's own sums
+        for name, array in reply.content["reply"].items():
+            assert array.numpy().dtype == np.uint64, name
+    # a node's histogram, unmasked alone, is noise: not counts and sums of a few hundred rows
+    _, reply = next((m, r) for m, r in seen if dict(m.content["config"])["kind"] == "histograms")
+    alone = unmask({"h": reply.content["reply"]["histograms"].numpy()})["h"]
+    assert np.abs(alone).max() > 1e6
+    assert source.describe()["secure-sums"] is True
+    for a, b in zip(secure.trees, plain.trees, strict=True):
+        np.testing.assert_array_equal(a.feature, b.feature)
+        np.testing.assert_array_equal(a.threshold, b.threshold)
+        np.testing.assert_allclose(a.value, b.value, atol=1e-6)
+    np.testing.assert_array_equal(secure.edges, plain.edges)
+    with pytest.raises(TreeFitError, match="sketch"):
+        FlowerSource(grid, list(nodes), timeout=60, new_message=make_message, secure=True).sketches(8)
+
+
 def test_a_node_that_fails_or_stays_silent_stops_the_fit_with_its_name():
     run_config = dict(SMALL)
     config = AppConfig.from_run_config(run_config)
@@ -242,3 +287,30 @@ def test_the_fit_waits_for_the_pool_but_not_for_nodes_that_never_come():
     assert nodes == [1, 2, 3] and waited == pytest.approx(7.0)
     nodes, waited = run({1: 40}, 3, wait=30.0)  # none within the node wait
     assert nodes == [] and waited == pytest.approx(30.0)
+
+
+@pytest.mark.e2e
+@pytest.mark.tier2
+def test_a_secure_tree_run_in_flower_is_the_pooled_fit(run_app):
+    """tree-secure-sums in a real `flwr run`: the server adds masked words, and the ensemble is the pooled fit of
+    the same rows on the same bins (the same splits; leaves within the fixed point's precision)."""
+    from bouquet.forecasting.features import feature_grid
+
+    run_config = (f'forecaster="improved" forecast-model="trees" data-source="csv" data-path="{METERS}" '
+                  'active-factor=0 min-history-days=0 split="origins" origin=2 validation-days=28 fallback="none" '
+                  'tree-count=4 tree-max-depth=3 tree-max-bins=15 tree-min-child-samples=10 tree-bins="grid" '
+                  'tree-secure-sums=true')
+    folder, _ = run_app(run_config, supernodes=3)
+    summary = RunFolder(folder).summary()
+    assert summary["tree-fit"]["secure-sums"] is True
+    assert summary["tree-fit"]["exchanges"] == 1 + 1 + 4 * 4 + 1  # the key exchange is not a sum
+    ensemble = Ensemble.from_arrays(next(iter(forecast.load_forecasters(folder).values()))["model"])
+    config = AppConfig.from_run_config(RunFolder(folder).config())
+    tasks = [TreeWaterTask.for_node(config.water_data, config.trees, config.tree_features, k, None, config.fallback)
+             for k in range(3)]
+    pooled, _ = fit(PartiesSource([t.rows for t in tasks], config.trees), config.trees,
+                    grid=feature_grid(config.tree_features))
+    np.testing.assert_array_equal(ensemble.edges, pooled.edges)
+    for a, b in zip(ensemble.trees, pooled.trees, strict=True):
+        np.testing.assert_array_equal(a.feature, b.feature)
+        np.testing.assert_allclose(a.value, b.value, atol=1e-6)

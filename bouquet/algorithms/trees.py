@@ -45,14 +45,46 @@ import numpy as np
 
 from bouquet.params import RunConfigKeys, require
 
-__all__ = ["COUNTERS", "OBJECTIVES", "Ensemble", "FitLog", "OutOfStep", "PartiesSource", "PartyState", "Request", "Rows", "Source",
-           "Split", "Tree", "TreeGrower", "TreeParams", "add_replies", "answer",
-           "best_splits", "bin_codes", "fit", "gradients", "histogram_median", "merge_sketches",
-           "node_histograms", "pooled_source", "quantile_sketch", "residual_histogram", "route",
-           "slow_best_split", "slow_histograms", "slow_predict"]
+__all__ = [
+    "BIN_SOURCES",
+    "COUNTERS",
+    "OBJECTIVES",
+    "Ensemble",
+    "FitLog",
+    "OutOfStep",
+    "PartiesSource",
+    "PartyState",
+    "Request",
+    "Rows",
+    "Source",
+    "Split",
+    "Tree",
+    "TreeGrower",
+    "TreeParams",
+    "add_replies",
+    "answer",
+    "best_splits",
+    "bin_codes",
+    "edges_from_grid",
+    "fit",
+    "gradients",
+    "grid_counts",
+    "histogram_median",
+    "merge_sketches",
+    "node_histograms",
+    "pooled_source",
+    "quantile_sketch",
+    "residual_histogram",
+    "route",
+    "slow_best_split",
+    "slow_histograms",
+    "slow_predict",
+]
 
 #: The objectives (``tree-objective``).
 OBJECTIVES = ("l2", "l1", "huber")
+#: Where the bins come from (``tree-bins``).
+BIN_SOURCES = ("sketch", "grid")
 #: Gains within this relative distance of the best are ties, broken by the first input and bin: sums added in
 #: another order must not change which of two equally good splits is taken.
 GAIN_TIE = 1e-9
@@ -88,6 +120,16 @@ class TreeParams:
         count in the end bins).
     sketch_points : int, default 128
         ``tree-sketch-points``: quantiles per input each party sends to place the bins.
+    bins : {"sketch", "grid"}, default "sketch"
+        ``tree-bins``: where the bins come from.  ``sketch``: each party's quantiles of each input, merged on
+        the server (it sees every party's quantiles).  ``grid``: each party's counts of each input on a fixed
+        fine grid (the caller's, :func:`bouquet.forecasting.features.feature_grid` for the water forecasters),
+        summed like the histograms, so the server sees only the pool's counts; the bins are the pool's
+        quantiles read off the summed grid.
+    secure_sums : bool, default False
+        ``tree-secure-sums``: the parties mask every array they send with pairwise masks that cancel in the
+        sum (:mod:`bouquet.algorithms.masking`), so the server learns the sums only.  Needs ``bins = "grid"``
+        (a sketch cannot be summed).
     """
 
     #: How the run config names its fields (bouquet.config reads it).
@@ -105,6 +147,8 @@ class TreeParams:
     renewal_bins: int = 400
     renewal_range: float = 4.0
     sketch_points: int = 128
+    bins: str = "sketch"
+    secure_sums: bool = False
 
     def __post_init__(self) -> None:
         require(self.objective in OBJECTIVES, "objective",
@@ -123,6 +167,10 @@ class TreeParams:
         require(self.renewal_range > 0, "renewal_range", f"tree-renewal-range must be > 0, got {self.renewal_range}")
         require(self.sketch_points >= 2, "sketch_points",
                 f"tree-sketch-points must be >= 2, got {self.sketch_points}")
+        require(self.bins in BIN_SOURCES, "bins", f"tree-bins must be one of {', '.join(BIN_SOURCES)}, got {self.bins!r}")
+        require(not self.secure_sums or self.bins == "grid", "secure_sums",
+                "tree-secure-sums needs tree-bins = \"grid\": the bins' sketches show each household's quantiles, "
+                "and only sums can be masked")
 
     @property
     def renews(self) -> bool:
@@ -199,6 +247,42 @@ def bin_codes(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
         column = x[:, f]
         codes[:, f] = np.where(np.isfinite(column), np.searchsorted(edges[f], column, side="left"), missing)
     return codes
+
+
+def grid_counts(x: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Each input's count of values in each bin of its fine ``grid`` row (F, K + 1 edges; values beyond it count
+    in its end bins, missing values nowhere), shape (F, K): a party's share of the pool's grid."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or grid.ndim != 2 or x.shape[1] != grid.shape[0]:
+        raise ValueError(f"need rows x {grid.shape[0]} inputs, got shape {x.shape}")
+    bins = grid.shape[1] - 1
+    out = np.zeros((grid.shape[0], bins))
+    for f in range(grid.shape[0]):
+        column = x[:, f][np.isfinite(x[:, f])]
+        which = np.clip(np.searchsorted(grid[f], column, side="right") - 1, 0, bins - 1)
+        out[f] = np.bincount(which, minlength=bins)
+    return out
+
+
+def edges_from_grid(counts: np.ndarray, grid: np.ndarray, max_bins: int) -> np.ndarray:
+    """Bin edges from the pool's counts on the fine grid: per input, the right edge of the grid bin where the
+    pooled distribution reaches ``k / max_bins`` (k = 1 .. max_bins - 1), duplicates dropped (the layout of
+    :func:`merge_sketches`)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.shape != (grid.shape[0], grid.shape[1] - 1):
+        raise ValueError(f"need counts of shape {(grid.shape[0], grid.shape[1] - 1)}, got {counts.shape}")
+    edges = np.full((grid.shape[0], max_bins - 1), np.inf)
+    targets = np.arange(1, max_bins) / max_bins
+    for f in range(grid.shape[0]):
+        total = counts[f].sum()
+        if total <= 0:
+            continue
+        cdf = np.cumsum(counts[f]) / total
+        picked = np.unique(grid[f, 1:][np.minimum(np.searchsorted(cdf, targets - 1e-12, side="left"),
+                                                   counts.shape[1] - 1)])
+        picked = picked[picked < grid[f, -1]]  # the grid's top edge splits nothing off
+        edges[f, :len(picked)] = picked
+    return edges
 
 
 # --------------------------------------------------------------------------------------------------- the tree
@@ -597,8 +681,8 @@ class TreeGrower:
 # ----------------------------------------------------------------------------------------- the parties
 #: What the ``counters`` array of a reply counts, in order (summed over parties like every other array).
 COUNTERS = ("applied", "validation-mae", "validation-parties")
-#: The kinds of :class:`Request`, in the order a fit sends them.
-REQUESTS = ("sketch", "start", "histograms", "residuals", "apply")
+#: The kinds of :class:`Request`, in the order a fit sends them (``sketch`` or ``grid`` for the bins).
+REQUESTS = ("sketch", "grid", "start", "histograms", "residuals", "apply")
 
 
 @dataclass(frozen=True)
@@ -729,6 +813,10 @@ def answer(request: Request, rows: Rows, state: PartyState, params: TreeParams) 
     if request.kind == "sketch":
         quantiles, counts = quantile_sketch(rows.x, request.points)
         return {"quantiles": quantiles, "counts": counts}, state
+    if request.kind == "grid":
+        if request.edges is None:
+            raise ValueError("a grid request carries the fine grid")
+        return {"grid": grid_counts(rows.x, request.edges)}, state
     if request.kind == "start":
         if request.edges is None:
             raise ValueError("a start request carries the bins' edges")
@@ -849,7 +937,8 @@ class FitLog:
 
 
 def fit(source: Source, params: TreeParams, edges: np.ndarray | None = None,
-        progress: Callable[[int, FitLog], None] | None = None) -> tuple[Ensemble, FitLog]:
+        progress: Callable[[int, FitLog], None] | None = None, grid: np.ndarray | None = None
+        ) -> tuple[Ensemble, FitLog]:
     """Boost ``params.trees`` trees from ``source``'s sums (the module docstring's rounds).
 
     Parameters
@@ -857,7 +946,10 @@ def fit(source: Source, params: TreeParams, edges: np.ndarray | None = None,
     source : Source
     params : TreeParams
     edges : array, optional
-        The bins (default: merged from the parties' sketches, one exchange).
+        The bins (default: one exchange: merged from the parties' sketches, or with ``params.bins = "grid"``
+        read off their summed counts on ``grid``).
+    grid : array (F, K + 1), optional
+        The fine grid of ``params.bins = "grid"``.
     progress : callable(trees done, log), optional
         Called after each tree.
 
@@ -871,7 +963,12 @@ def fit(source: Source, params: TreeParams, edges: np.ndarray | None = None,
         The parties do not all report the trees applied that the server sent (one missed a message).
     """
     log = FitLog()
-    if edges is None:
+    if edges is None and params.bins == "grid":
+        if grid is None:
+            raise ValueError("tree-bins = \"grid\" needs the fine grid of every input")
+        edges = edges_from_grid(source.sums(Request("grid", edges=grid))["grid"], grid, params.max_bins)
+        log.exchanges += 1
+    elif edges is None:
         edges = merge_sketches(source.sketches(params.sketch_points), params.max_bins)
         log.exchanges += 1
 

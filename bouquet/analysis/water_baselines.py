@@ -231,6 +231,7 @@ def tree_rows(data: OriginData, params: Any, name: str, federated: bool = True) 
     fit's in-process twin (``federated``: a party per household) or the pooled fit (one party).  Returns the rows
     (``<name>``, the model alone) and the fit's log."""
     from bouquet.algorithms.trees import PartiesSource, fit, pooled_source
+    from bouquet.forecasting.features import feature_grid
 
     rows, inputs = _tree_inputs(data)
     parties = list(rows.values())
@@ -238,7 +239,8 @@ def tree_rows(data: OriginData, params: Any, name: str, federated: bool = True) 
         source = PartiesSource(parties, params)
     else:
         source = pooled_source(np.concatenate([r.x for r in parties]), np.concatenate([r.y for r in parties]), params)
-    ensemble, log = fit(source, params)
+    grid = feature_grid(data.config.tree_features) if params.bins == "grid" else None
+    ensemble, log = fit(source, params, grid=grid)
     forecasts = {h: f.litres(ensemble.predict(f.x)) for h, f in inputs.items()}
     return data.rows(name, 0, forecasts), log
 

@@ -45,8 +45,8 @@ import numpy as np
 from bouquet.forecasting.naive import weekday_history
 from bouquet.params import RunConfigKeys, require
 
-__all__ = ["FEATURE_NAMES", "LAGS", "MIN_LEVEL_DAYS", "FeatureParams", "Features", "daily_features",
-           "holiday_days"]
+__all__ = ["FEATURE_NAMES", "GRID_POINTS", "LAGS", "MIN_LEVEL_DAYS", "FeatureParams", "Features", "daily_features",
+           "feature_grid", "holiday_days"]
 
 #: The lags of the day's use (days before the target).
 LAGS = (*range(1, 15), 21, 28)
@@ -207,3 +207,32 @@ def daily_features(series: Sequence[float] | np.ndarray, first_day: np.datetime6
     calendar = np.stack([np.log(level), valid.mean(axis=1), (days.astype(np.int64) + 3) % 7, day_of_month,
                          *holiday, christmas], axis=1).astype(np.float64)
     return Features(np.concatenate([values, calendar], axis=1), level)
+
+
+#: Bins of each input's fine grid (:func:`feature_grid`).
+GRID_POINTS = 1024
+#: The largest level (L/day) the log-level grid spans.
+MAX_LEVEL = 5000.0
+
+
+def feature_grid(params: FeatureParams = FeatureParams(), points: int = GRID_POINTS) -> np.ndarray:
+    """A fixed fine grid for each input (F, points + 1 edges), known to every node and the server before any data:
+    ratios to the level over [0, 6], their standard deviation over [0, 4], the log level over [log floor, log
+    5000], shares over [0, 1], the weekday over [0, 7), the day of the month over [1, 32), the flags over
+    [0, 1]; values beyond count in the end bins.  The tree fit's ``tree-bins = "grid"`` places its bins at the
+    pool's quantiles read off the summed counts on it, so no household's own quantiles are sent."""
+    ranges = []
+    for name in FEATURE_NAMES:
+        if name == "std-28":
+            ranges.append((0.0, 4.0))
+        elif name == "log-level":
+            ranges.append((float(np.log(params.level_floor)), float(np.log(MAX_LEVEL))))
+        elif name == "valid-28" or name.startswith("holiday") or name == "christmas":
+            ranges.append((0.0, 1.0 + 1e-9))
+        elif name == "weekday":
+            ranges.append((0.0, 7.0))
+        elif name == "day-of-month":
+            ranges.append((1.0, 32.0))
+        else:
+            ranges.append((0.0, 6.0))
+    return np.stack([np.linspace(low, high, points + 1) for low, high in ranges])

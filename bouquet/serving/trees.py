@@ -21,6 +21,7 @@ from flwr.serverapp import Grid
 
 from bouquet.algorithms.trees import Ensemble, FitLog, fit
 from bouquet.config import AppConfig
+from bouquet.forecasting.features import feature_grid
 from bouquet.messages import flower_message
 from bouquet.results import RunRecorder
 from bouquet.serving.task import final_evaluation
@@ -41,7 +42,7 @@ def fit_trees(grid: Grid, config: AppConfig, expected_nodes: int, recorder: RunR
     order = NodeOrder(config.sampling.node_wait_seconds, flower_message, identify=True, transport=transport)
     nodes = order.order(grid, wait_for_nodes(grid, expected_nodes, config.sampling.node_wait_seconds))
     params = config.trees
-    source = FlowerSource(grid, nodes, config.run.round_timeout, transport)
+    source = FlowerSource(grid, nodes, config.run.round_timeout, transport, secure=params.secure_sums)
     started = time.monotonic()
     levels = params.max_depth + (1 if params.renews else 0)
     log.info("trees: fitting %d trees (depth %d, %s) over %d nodes: up to %d exchanges", params.trees,
@@ -55,7 +56,8 @@ def fit_trees(grid: Grid, config: AppConfig, expected_nodes: int, recorder: RunR
             log.info("trees: %d/%d, %d exchanges, %.0f s; validation MAE %.2f L/day after %d trees", done,
                      params.trees, fit_log.exchanges, time.monotonic() - started, val, done - 1)
 
-    ensemble, fit_log = fit(source, params, progress=progress)
+    fine = feature_grid(config.tree_features) if params.bins == "grid" else None
+    ensemble, fit_log = fit(source, params, progress=progress, grid=fine)
     seconds = time.monotonic() - started
     if recorder is not None:
         done = {r["trees"]: r for r in rows}
