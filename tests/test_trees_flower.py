@@ -314,3 +314,44 @@ def test_a_secure_tree_run_in_flower_is_the_pooled_fit(run_app):
     for a, b in zip(ensemble.trees, pooled.trees, strict=True):
         np.testing.assert_array_equal(a.feature, b.feature)
         np.testing.assert_allclose(a.value, b.value, atol=1e-6)
+
+
+def test_one_ensemble_per_coalition_each_grown_over_its_own_nodes(tmp_path):
+    """tree-coalitions: the known household types of the benchmark, or a CSV of partition ids: each coalition's
+    ensemble is the pooled fit of its own households' rows, and each node is served its coalition's."""
+    from bouquet.results import RunRecorder
+    from bouquet.serving.trees import coalitions, fit_trees
+    from bouquet.transport import FLOWER_TRANSPORT
+
+    run_config = {**SMALL, "synthetic-households": 12, "synthetic-types": "family,business", "min-history-days": 0,
+                  "tree-coalitions": "groups", "fallback": "none", "tree-min-child-samples": 5}
+    config = AppConfig.from_run_config(run_config)
+    from bouquet.data.water import load_pool
+
+    pool = load_pool(config.water_data)
+    grid, nodes = answering_grid(run_config, len(pool))
+    recorder = RunRecorder.create(str(tmp_path), "coalitions")
+    served, costs = fit_trees(grid, config, len(pool), recorder, transport=FLOWER_TRANSPORT, new_message=make_message)
+    labels = {node: label for node, (label, _) in served.items()}
+    assert set(labels.values()) == {"family", "business"} and set(costs["coalitions"]) == {"family", "business"}
+    for label in ("family", "business"):
+        members = [n for n in nodes if labels[n] == label]
+        assert all(pool.group_of(n - 1) == label for n in members)
+        tasks = [node_task(config, nodes[n]) for n in members]
+        ensemble = served[members[0]][1]
+        pooled, _ = fit(PartiesSource([t.rows for t in tasks], config.trees), config.trees, edges=ensemble.edges)
+        for a, b in zip(ensemble.trees, pooled.trees, strict=True):
+            np.testing.assert_array_equal(a.feature, b.feature)
+            np.testing.assert_allclose(a.value, b.value, atol=1e-9)
+    assert costs["exchanges"] == sum(c["exchanges"] for c in costs["coalitions"].values())
+    # a CSV partition by partition id; a node it leaves out is an error naming it
+    table = tmp_path / "districts.csv"
+    table.write_text("partition-id,coalition\n" + "".join(f"{k},{'north' if k < 5 else 'south'}\n" for k in range(12)))
+    by_file = coalitions(AppConfig.from_run_config({**run_config, "tree-coalitions": str(table)}),
+                         {n: n - 1 for n in nodes})
+    assert [len(v) for v in by_file.values()] == [5, len(pool) - 5] and list(by_file) == ["north", "south"]
+    table.write_text("partition-id,coalition\n0,north\n")
+    with pytest.raises(ValueError, match="no coalition for partition ids"):
+        coalitions(AppConfig.from_run_config({**run_config, "tree-coalitions": str(table)}), {n: n - 1 for n in nodes})
+    with pytest.raises(Exception, match="tree-coalitions"):
+        AppConfig.from_run_config({"tree-coalitions": "districts"})

@@ -130,6 +130,10 @@ class TreeParams:
         ``tree-secure-sums``: the parties mask every array they send with pairwise masks that cancel in the
         sum (:mod:`bouquet.algorithms.masking`), so the server learns the sums only.  Needs ``bins = "grid"``
         (a sketch cannot be summed).
+    coalitions : str, default "none"
+        ``tree-coalitions``: one ensemble for every node (``none``), or one per coalition of a given partition:
+        ``groups`` (a benchmark's known household types) or the path of a CSV file with the columns
+        ``partition-id`` and ``coalition``; each coalition's ensemble is grown over its own nodes only.
     """
 
     #: How the run config names its fields (bouquet.config reads it).
@@ -149,6 +153,7 @@ class TreeParams:
     sketch_points: int = 128
     bins: str = "sketch"
     secure_sums: bool = False
+    coalitions: str = "none"
 
     def __post_init__(self) -> None:
         require(self.objective in OBJECTIVES, "objective",
@@ -168,6 +173,8 @@ class TreeParams:
         require(self.sketch_points >= 2, "sketch_points",
                 f"tree-sketch-points must be >= 2, got {self.sketch_points}")
         require(self.bins in BIN_SOURCES, "bins", f"tree-bins must be one of {', '.join(BIN_SOURCES)}, got {self.bins!r}")
+        require(self.coalitions in ("none", "groups") or self.coalitions.endswith(".csv"), "coalitions",
+                f"tree-coalitions must be none, groups or the path of a .csv file, got {self.coalitions!r}")
         require(not self.secure_sums or self.bins == "grid", "secure_sums",
                 "tree-secure-sums needs tree-bins = \"grid\": the bins' sketches show each household's quantiles, "
                 "and only sums can be masked")

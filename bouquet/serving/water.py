@@ -179,8 +179,8 @@ class WaterServer:
             raise ValueError("resume-from: a tree fit is not checkpointed (it takes minutes); start it again")
         write_pool(config, recorder)
         expected = pool_size(config) if config.water_data.source == "synthetic" or config.water_data.path else 1
-        ensemble, nodes, costs = fit_trees(grid, config, expected, recorder)
-        rows = evaluate_trees(grid, config, ensemble, nodes, recorder)
+        served, costs = fit_trees(grid, config, expected, recorder)
+        rows = evaluate_trees(grid, config, served, recorder)
         t = config.trees
         return self.summarise(rows, recorder, {"forecast-model": "trees", "trees": t.trees, "tree-depth": t.max_depth,
                                                "tree-objective": t.objective, "tree-fit": costs},
