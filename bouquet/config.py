@@ -480,6 +480,9 @@ class AppConfig:
         if self.fallback.rule != "none" and not data.has_validation:
             raise ConfigError(f"run-config 'fallback': {self.fallback.rule!r} chooses between the model and the "
                               f"household's baseline on its validation days; set {no_validation}")
+        if self.forecast_model.trees and self.checkpoint.resume_from:
+            raise ConfigError("run-config 'resume-from': a tree fit (forecast-model = \"trees\") is not "
+                              "checkpointed (it takes minutes); start it again")
         if self.fallback.rule != "none" and not self.task.forecasting:
             raise ConfigError(f"run-config 'fallback': the fallback to a naive forecaster is a forecasting task's, "
                               f"and task {self.run.task!r} is not one")

@@ -260,6 +260,8 @@ def test_tree_params_reach_the_config_and_bad_values_name_their_key():
         AppConfig.from_run_config({"forecast-model": "forest"})
     with pytest.raises(ConfigError, match="tree-holidays"):
         AppConfig.from_run_config({"tree-holidays": "ES-ZZ"})
+    with pytest.raises(ConfigError, match="not checkpointed"):
+        AppConfig.from_run_config({"forecast-model": "trees", "resume-from": "results/some-run"})
 
 
 def test_the_fit_waits_for_the_pool_but_not_for_nodes_that_never_come():

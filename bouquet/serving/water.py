@@ -175,8 +175,6 @@ class WaterServer:
             return None
         from bouquet.serving.trees import evaluate_trees, fit_trees
 
-        if config.checkpoint.resume_from:
-            raise ValueError("resume-from: a tree fit is not checkpointed (it takes minutes); start it again")
         write_pool(config, recorder)
         expected = pool_size(config) if config.water_data.source == "synthetic" or config.water_data.path else 1
         served, costs = fit_trees(grid, config, expected, recorder)
