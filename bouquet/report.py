@@ -5,7 +5,7 @@
 Three panels from the run folder's own files (every water run writes one at its end; this command redraws
 it): the learning curve (the held-out MAE of each round's evaluated households: on their validation days
 where the run has a validation split, else on their test days; or the training loss when the run evaluated
-only at the end), the skill against the best naive forecaster per round (``1 - MAE / the same households'
+only at the end; for the federated trees, the validation MAE after each number of trees), the skill against the best naive forecaster per round (``1 - MAE / the same households'
 best-naive MAE`` on the same days, the forecaster the summary names, chosen on validation when the run has a
 validation split), and the test days of three households (best, median and worst skill): actual use, the
 forecast the household is served, and its own baseline (the naive forecaster its validation days chose, the
@@ -132,7 +132,17 @@ def draw_report(folder: str | Path, out: str | Path | None = None) -> Path:
                                     "val-mae-litres" if on_validation else "mae-litres")
     final = summary["mae-litres-mean"]
     rounds = summary.get("rounds", 0)
-    if len(per_round):
+    trees = run.table("trees") if run.has("trees") else pd.DataFrame()
+    step = "round"
+    if len(trees):  # the federated trees: the validation MAE after each number of trees, per coalition
+        step = "trees"
+        if "coalition" not in trees.columns:  # a run of before coalitions: one ensemble
+            trees = trees.assign(coalition="all")
+        for label, group in trees.groupby("coalition", sort=True):
+            name = "validation MAE" if label == "all" else f"coalition {label}"
+            curve.plot(group["trees"], group["val-mae-litres"], label=name)
+        curve.set_ylabel("MAE on the validation days (L/day), the model alone")
+    elif len(per_round):
         curve.plot(per_round["round"], per_round["mae-litres"], marker=".", label="model (households evaluated)")
         curve.plot(per_round["round"], per_round["naive-mae-litres"], ls=":", color="grey",
                    label=f"{best} (the same households)")
@@ -142,9 +152,11 @@ def draw_report(folder: str | Path, out: str | Path | None = None) -> Path:
         curve.plot([r["round"] for r in train if "train-loss" in r], [r["train-loss"] for r in train if "train-loss" in r],
                    marker=".", label="training loss (scaled)")
         curve.set_ylabel("training loss (scaled)")
-    curve.set_xlabel("round")
-    curve.set_title(f"{summary.get('strategy', '')}: final MAE {final:.2f} L/day over {summary.get('clients-evaluated')} "
-                    f"households after {rounds} rounds")
+    curve.set_xlabel("trees" if step == "trees" else "round")
+    after = f"{summary.get('trees')} trees" if step == "trees" else f"{rounds} rounds"
+    what = "federated trees" if step == "trees" else summary.get("strategy", "")
+    curve.set_title(f"{what}: final MAE {final:.2f} L/day over {summary.get('clients-evaluated')} "
+                    f"households after {after}")
     curve.legend(loc="upper right")
     if len(per_round):
         skill_axis.plot(per_round["round"], 100 * per_round["skill"], marker=".")
@@ -154,7 +166,7 @@ def draw_report(folder: str | Path, out: str | Path | None = None) -> Path:
                            label=f"final, every household: {100 * final_skill:+.1f} %")
         skill_axis.legend(loc="lower right")
     skill_axis.axhline(0, color="grey", lw=0.8)
-    skill_axis.set_xlabel("round")
+    skill_axis.set_xlabel("round" if step == "round" else "(the final model only)")
     chosen_on = summary.get("best-naive-chosen-on", "test")
     skill_axis.set_title(f"skill vs {best or 'no naive forecaster'} (chosen on {chosen_on})")
     skill_axis.set_ylabel("1 - MAE / naive MAE (%)")

@@ -226,7 +226,7 @@ def test_a_tree_run_in_flower_is_the_pooled_fit_and_forecasts_tomorrow(run_app, 
     # fallback = "pooled": one share for every household, chosen by the server from every node's errors
     assert "fallback pooled: the model's share" in stdout
     assert set(run.table("clients")["served-model-share"]) == {summary["fallback-share"]}
-    assert len(run.table("trees")) == 6
+    assert len(run.table("trees")) == 6 and (folder / "report.png").stat().st_size > 10000
     models = sorted((folder / "models").glob("*.npz"))
     assert len(models) == 3
     stored = forecast.load_forecasters(folder)
