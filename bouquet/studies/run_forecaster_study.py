@@ -107,14 +107,14 @@ def choose_baseline(base: dict[str, Any], seeds: list[int]) -> tuple[str, dict[s
 
 
 # ---------------------------------------------------------------------------------------------- rolling origins
-#: The in-process baselines' candidates: each trainable one gets the budget of the arm with the most (the trees and
-#: the LSTM arms: twelve).
-POOLED_LSTM = [{"epochs": e, "learning-rate": lr} for e in (3, 5, 10, 20) for lr in (0.001, 0.003, 0.01)]
+#: The in-process baselines' candidates: each trainable baseline gets at least the budget of the federated arm with the
+#: most (the trees: 18), on grids wide enough that no choice sits at an edge of a numeric one.
+POOLED_LSTM = [{"epochs": e, "learning-rate": lr} for e in (3, 5, 10, 20, 40) for lr in (0.001, 0.003, 0.01, 0.03)]
 #: LightGBM as a forecaster would fit it (the trees' inputs, level-scaled target): the trees arm's grid in LightGBM's
-#: terms (leaf-wise with 2^depth leaves and the same depth), the rate and trees alike.
+#: terms (leaf-wise with 2^depth leaves and the same depth, the same rate), wider in depth and trees.
 LIGHTGBM = [{"objective": objective, "num_leaves": 2 ** depth, "max_depth": depth, "learning_rate": 0.1,
              "n_estimators": trees, "huber_delta": 0.2}
-            for objective in ("l1", "huber") for depth in (4, 6) for trees in (50, 100, 200)]
+            for objective in ("l1", "huber") for depth in (3, 4, 6, 8) for trees in (25, 50, 100, 200, 400)]
 #: The arm whose runs grow bouquet's federated trees (``forecast-model = "trees"``): tuned by the fit's in-process
 #: twin (the same requests and sums, without the messages: the same trees), its test blocks fitted in Flower.
 TREES_ARM = "trees"
