@@ -43,12 +43,13 @@ def test_the_personal_preset_is_the_default_job_and_per_fedavg_keeps_its_own_per
     job = AppConfig.from_run_config(declared)  # what flwr run . runs
     assert job.run.forecaster == "personal" and job.run.strategy == "hk-cosine"
     assert (job.water_model.baseline, job.water_train.loss, job.water_data.validation_fraction) == \
-        ("household", "l1", 0.0)
+        ("household", "huber", 0.0)
     # the rolling-origin study's choice: the latest block is the test days, the 56 before validate
     assert (job.water_data.split, job.water_data.origin, job.water_data.origin_days, job.water_data.validation_days) \
         == ("origins", 2, 28, 56)
-    assert job.personal.early_stop and job.fallback.rule == "combine"
-    assert (job.run.num_server_rounds, job.water_train.epochs, job.water_train.learning_rate) == (50, 3, 0.01)
+    # the forecaster study's choice on validation, then the serving rule's by nested validation: the model alone
+    assert job.personal.early_stop and job.fallback.rule == "none"
+    assert (job.run.num_server_rounds, job.water_train.epochs, job.water_train.learning_rate) == (50, 3, 0.1)
     assert job.personal.epochs == 5 and job.sampling.fraction_evaluate == 0.1
     assert AppConfig.from_run_config(job.to_run_config()) == job
     assert AppConfig.from_run_config({"forecaster": "personal"}) == job  # the preset, from code
@@ -76,7 +77,7 @@ def test_a_preset_named_without_its_file_over_pyproject_is_refused():
         AppConfig.from_run_config({**declared, "forecaster": "paper"})
     # one key of the preset set otherwise is a choice, not a forgotten file
     mixed = AppConfig.from_run_config({**declared, "forecaster": "improved", "forecast-baseline": "window-median"})
-    assert mixed.water_model.baseline == "window-median" and mixed.water_train.learning_rate == 0.01
+    assert mixed.water_model.baseline == "window-median" and mixed.water_train.learning_rate == 0.1  # the job's
     with pytest.raises(ConfigError, match="forecaster must be one of"):
         with_preset({"forecaster": "best"})
 
