@@ -373,3 +373,19 @@ def test_bins_from_a_fine_grid_by_hand_and_the_grid_fit_is_the_pooled_one():
         TreeParams(secure_sums=True)
     with pytest.raises(ParamError, match="tree-bins must be"):
         TreeParams(bins="quantiles")
+
+
+def test_sparse_replies_restore_exactly():
+    from bouquet.algorithms.trees import to_dense, to_sparse
+
+    rng = np.random.default_rng(3)
+    hist = np.zeros((4, 3, 9, 2))
+    hist[rng.random(hist.shape[:3]) < 0.1] = [1.5, 2.0]
+    reply = {"histograms": hist, "counters": np.array([3.0, 0.0, 1.0])}
+    sparse = to_sparse(reply)
+    assert set(sparse) == {"counters", "histograms@index", "histograms@values", "histograms@shape"}
+    assert sparse["histograms@values"].size == np.count_nonzero(hist) < hist.size / 4
+    back = to_dense(sparse)
+    np.testing.assert_array_equal(back["histograms"], hist)
+    np.testing.assert_array_equal(back["counters"], reply["counters"])
+    np.testing.assert_array_equal(to_dense(to_sparse({"residuals": np.zeros((2, 5))}))["residuals"], np.zeros((2, 5)))

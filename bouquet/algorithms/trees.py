@@ -79,6 +79,8 @@ __all__ = [
     "slow_best_split",
     "slow_histograms",
     "slow_predict",
+    "to_dense",
+    "to_sparse",
 ]
 
 #: The objectives (``tree-objective``).
@@ -874,6 +876,38 @@ def answer(request: Request, rows: Rows, state: PartyState, params: TreeParams) 
         else:
             reply["residuals"] = residual_histogram(rows.y - pred, position, len(wanted), params.renewal_edges)
     return reply, state
+
+
+#: The reply arrays a node may send sparse (their non-zero entries only): a household of a few hundred days fills
+#: few of the bins of a deep level's histograms.
+SPARSE = ("histograms", "residuals", "grid")
+
+
+def to_sparse(reply: dict[str, np.ndarray], names: Sequence[str] = SPARSE) -> dict[str, np.ndarray]:
+    """``reply`` with each array of ``names`` as its non-zero entries: ``<name>@index`` (uint32 positions in the
+    flattened array), ``<name>@values`` and ``<name>@shape`` (:func:`to_dense` restores it exactly)."""
+    out = {}
+    for name, values in reply.items():
+        if name not in names or values.size >= 2 ** 32:
+            out[name] = values
+            continue
+        flat = np.asarray(values).ravel()
+        index = np.flatnonzero(flat)
+        out |= {f"{name}@index": index.astype(np.uint32), f"{name}@values": flat[index],
+                f"{name}@shape": np.asarray(values.shape, dtype=np.int64)}
+    return out
+
+
+def to_dense(reply: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The arrays :func:`to_sparse` sent sparse, whole again (zeros where nothing was sent)."""
+    out = {k: v for k, v in reply.items() if "@" not in k}
+    for key, shape in reply.items():
+        if key.endswith("@shape"):
+            name = key[:-len("@shape")]
+            dense = np.zeros(int(np.prod(shape)), dtype=reply[f"{name}@values"].dtype)
+            dense[reply[f"{name}@index"].astype(np.int64)] = reply[f"{name}@values"]
+            out[name] = dense.reshape(tuple(int(n) for n in shape))
+    return out
 
 
 class Source:
