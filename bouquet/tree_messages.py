@@ -85,6 +85,9 @@ class FlowerSource(Source):
         Seconds to wait for every reply of one exchange.
     transport : Transport, default FLOWER_TRANSPORT
     new_message : MessageFactory, default :func:`bouquet.messages.flower_message`
+    secure : bool, default False
+        Secure sums (``tree-secure-sums``): a key exchange first, then every node's replies masked
+        (:mod:`bouquet.algorithms.masking`); the server adds them modulo 2**64 and sees the sums only.
     """
 
     def __init__(self, grid: Grid, nodes: Sequence[int], timeout: float, transport: Transport = FLOWER_TRANSPORT,
@@ -113,18 +116,18 @@ class FlowerSource(Source):
         self.wait_seconds += time.monotonic() - started
         self.bytes_sent += size * len(self.nodes)
         by_node: dict[int, dict[str, np.ndarray]] = {}
-        failed = []
+        failed: dict[int, str] = {}
         for reply in replies:
             node = reply.metadata.src_node_id
             if reply.has_error():
-                failed.append(f"node {node}: {reply.error.reason}")
+                failed[node] = f"node {node}: {reply.error.reason}"
                 continue
             record = reply.content.array_records["reply"]
             self.bytes_received += _nbytes(record)
             by_node[node] = to_dense(_numpy(record))
-        silent = [node for node in self.nodes if node not in by_node and not any(f"node {node}:" in f for f in failed)]
+        silent = [node for node in self.nodes if node not in by_node and node not in failed]
         if failed or silent:
-            why = failed + [f"node {node}: no reply within {self.timeout:g} s" for node in silent]
+            why = [*failed.values(), *(f"node {node}: no reply within {self.timeout:g} s" for node in silent)]
             raise TreeFitError(f"the {request.kind} exchange of the tree fit failed on {len(why)} of "
                                f"{len(self.nodes)} nodes (every household's rows count in the sums, so the fit "
                                f"stops): " + "; ".join(why[:5]) + (" ..." if len(why) > 5 else ""))
